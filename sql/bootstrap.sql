@@ -1,0 +1,26 @@
+-- pg_idgen bootstrap: objects the generated SQL builds on.
+
+-- The segment table, in the seeds' layout. max_id is the largest ID already
+-- handed to any allocator; the next range starts at max_id + 1. Allocators
+-- (this extension's worker, or an application) take a range with a
+-- version CAS:
+--   UPDATE id_segment SET max_id = max_id + step, version = version + 1
+--    WHERE biz_tag = $1 AND version = $2;
+CREATE TABLE id_segment (
+    biz_tag    varchar(64) PRIMARY KEY,
+    max_id     bigint      NOT NULL,
+    step       int         NOT NULL CONSTRAINT id_segment_step_positive CHECK (step > 0),
+    version    bigint      NOT NULL DEFAULT 0,
+    updated_at timestamptz DEFAULT now()
+);
+COMMENT ON TABLE id_segment IS 'pg_idgen: one row per segment tag; max_id is the largest ID already handed out';
+
+-- pg_dump carries the rows, so a restored database continues above them.
+SELECT pg_catalog.pg_extension_config_dump('id_segment', '');
+
+-- segment_nextval(text) is hand-written C-level glue (see src/segment/sql.rs):
+-- it caches the tag's slot per call site. Not STRICT: a NULL tag is an error.
+CREATE FUNCTION segment_nextval(tag text) RETURNS bigint
+    VOLATILE PARALLEL UNSAFE
+    LANGUAGE c AS 'MODULE_PATHNAME', 'segment_nextval_fast';
+COMMENT ON FUNCTION segment_nextval(text) IS 'next ID of a segment tag, from ranges cached in shared memory';

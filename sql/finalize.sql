@@ -1,0 +1,9 @@
+-- pg_idgen finalize: views over the generated functions, and privileges.
+
+CREATE VIEW segment_status AS SELECT * FROM segment_status();
+COMMENT ON VIEW segment_status IS 'pg_idgen: one row per (database, tag) cached in shared memory';
+
+REVOKE ALL ON segment_status FROM PUBLIC;
+REVOKE ALL ON FUNCTION segment_status() FROM PUBLIC;
+GRANT SELECT ON segment_status TO pg_monitor;
+GRANT EXECUTE ON FUNCTION segment_status() TO pg_monitor;

@@ -1,0 +1,248 @@
+//! Every error pg_idgen raises, in one place: its SQLSTATE, its message and
+//! the hint that names the fix. Code elsewhere builds an `IdgenError` and
+//! calls `raise()`; nothing else calls `ereport`.
+
+use pgrx::pg_sys::errcodes::PgSqlErrorCode;
+use pgrx::pg_sys::panic::ErrorReport;
+use pgrx::PgLogLevel;
+
+use crate::segment::policy::RefillProblem;
+
+/// The longest tag a slot (and `id_segment.biz_tag`, `varchar(64)`) holds.
+pub const TAG_MAX_BYTES: usize = 64;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IdgenError {
+    NotPreloaded,
+    NullArgument {
+        what: &'static str,
+    },
+    EmptyTag,
+    TagTooLong {
+        tag: String,
+    },
+    UnknownTag {
+        tag: String,
+    },
+    TagExists {
+        tag: String,
+    },
+    BadStep {
+        step: i64,
+    },
+    BadStart {
+        start: i64,
+    },
+    BadCount {
+        n: i32,
+    },
+    ReadOnly {
+        function: &'static str,
+    },
+    DuringRecovery {
+        function: &'static str,
+    },
+    TooManyTags {
+        max_tags: i32,
+    },
+    WorkerNotStarted {
+        database: String,
+    },
+    RefillTimeout {
+        tag: String,
+        waited_ms: i64,
+    },
+    /// Something that cannot happen did; `context` says where.
+    Internal {
+        context: &'static str,
+        message: String,
+    },
+    /// A refill failed in the worker; the worker's own report, carried over.
+    RefillFailed {
+        tag: String,
+        sqlstate: i32,
+        message: String,
+        hint: String,
+    },
+}
+
+/// An error the refill worker meets, as it is stored in shared memory for
+/// the callers that wait on the tag.
+pub struct StoredError {
+    pub sqlstate: i32,
+    pub message: String,
+    pub hint: String,
+}
+
+/// The error a refill problem gives the callers waiting on `tag`.
+pub fn refill_problem_report(problem: &RefillProblem, tag: &str) -> StoredError {
+    {
+        use PgSqlErrorCode::*;
+        let (code, message, hint) = match problem {
+            RefillProblem::NoExtension => (
+                ERRCODE_UNDEFINED_OBJECT,
+                "extension \"pg_idgen\" is not installed in this database".to_string(),
+                "Run CREATE EXTENSION pg_idgen.".to_string(),
+            ),
+            RefillProblem::NoRow => {
+                let e = IdgenError::UnknownTag { tag: tag.to_string() };
+                (e.code(), e.message(), e.hint())
+            }
+            RefillProblem::StepNotPositive { step } => (
+                ERRCODE_INVALID_PARAMETER_VALUE,
+                format!("id_segment.step of segment tag \"{tag}\" is {step}, but it must be positive"),
+                format!("UPDATE id_segment SET step = 1000 WHERE biz_tag = {};", quote_literal(tag)),
+            ),
+            RefillProblem::MaxIdBehind { max_id, handed_out } => (
+                ERRCODE_DATA_EXCEPTION,
+                format!(
+                    "id_segment.max_id of segment tag \"{tag}\" went backwards: it is {max_id}, but this server already handed out IDs up to {handed_out}"
+                ),
+                format!(
+                    "Someone moved max_id back; refilling would repeat IDs. Set it to at least {handed_out}: UPDATE id_segment SET max_id = {handed_out} WHERE biz_tag = {};",
+                    quote_literal(tag)
+                ),
+            ),
+            RefillProblem::Exhausted { max_id } => (
+                ERRCODE_SEQUENCE_GENERATOR_LIMIT_EXCEEDED,
+                format!("segment tag \"{tag}\" is exhausted: max_id {max_id} is the largest bigint"),
+                "No more IDs can be handed out for this tag; move the table to a new tag.".to_string(),
+            ),
+            RefillProblem::CasContention { attempts } => (
+                ERRCODE_LOCK_NOT_AVAILABLE,
+                format!("segment tag \"{tag}\" lost the version check of id_segment {attempts} times in a row to other allocators"),
+                "Another allocator updates this row without pause; raise its step or give it its own tag.".to_string(),
+            ),
+        };
+        StoredError {
+            sqlstate: code as i32,
+            message,
+            hint,
+        }
+    }
+}
+
+fn quote_literal(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "''"))
+}
+
+impl IdgenError {
+    fn code(&self) -> PgSqlErrorCode {
+        use PgSqlErrorCode::*;
+        match self {
+            IdgenError::NotPreloaded => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            IdgenError::NullArgument { .. } => ERRCODE_NULL_VALUE_NOT_ALLOWED,
+            IdgenError::EmptyTag => ERRCODE_INVALID_PARAMETER_VALUE,
+            IdgenError::TagTooLong { .. } => ERRCODE_NAME_TOO_LONG,
+            IdgenError::UnknownTag { .. } => ERRCODE_UNDEFINED_OBJECT,
+            IdgenError::TagExists { .. } => ERRCODE_DUPLICATE_OBJECT,
+            IdgenError::BadStep { .. } => ERRCODE_INVALID_PARAMETER_VALUE,
+            IdgenError::BadStart { .. } => ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE,
+            IdgenError::BadCount { .. } => ERRCODE_INVALID_PARAMETER_VALUE,
+            IdgenError::ReadOnly { .. } => ERRCODE_READ_ONLY_SQL_TRANSACTION,
+            IdgenError::DuringRecovery { .. } => ERRCODE_READ_ONLY_SQL_TRANSACTION,
+            IdgenError::TooManyTags { .. } => ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
+            IdgenError::WorkerNotStarted { .. } => ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
+            IdgenError::RefillTimeout { .. } => ERRCODE_LOCK_NOT_AVAILABLE,
+            IdgenError::Internal { .. } => ERRCODE_INTERNAL_ERROR,
+            IdgenError::RefillFailed { sqlstate, .. } => PgSqlErrorCode::from(*sqlstate),
+        }
+    }
+
+    fn message(&self) -> String {
+        match self {
+            IdgenError::NotPreloaded => "pg_idgen must be loaded via shared_preload_libraries".into(),
+            IdgenError::NullArgument { what } => format!("{what} must not be NULL"),
+            IdgenError::EmptyTag => "segment tag must not be empty".into(),
+            IdgenError::TagTooLong { tag } => format!(
+                "segment tag \"{}...\" is {} bytes long, more than the {TAG_MAX_BYTES} allowed",
+                truncate_utf8(tag, 20),
+                tag.len()
+            ),
+            IdgenError::UnknownTag { tag } => format!("segment tag \"{tag}\" does not exist"),
+            IdgenError::TagExists { tag } => format!("segment tag \"{tag}\" already exists"),
+            IdgenError::BadStep { step } => format!("step must be positive, got {step}"),
+            IdgenError::BadStart { start } => {
+                format!("start must be between 1 and 9223372036854775807, got {start}")
+            }
+            IdgenError::BadCount { n } => format!("number of IDs must not be negative, got {n}"),
+            IdgenError::ReadOnly { function } => {
+                format!("cannot execute {function} in a read-only transaction")
+            }
+            IdgenError::DuringRecovery { function } => format!("cannot execute {function} during recovery"),
+            IdgenError::TooManyTags { max_tags } => {
+                format!("too many segment tags in use: shared memory holds pg_idgen.max_tags = {max_tags}")
+            }
+            IdgenError::WorkerNotStarted { database } => {
+                format!("could not start the pg_idgen refill worker for database \"{database}\"")
+            }
+            IdgenError::RefillTimeout { tag, waited_ms } => format!(
+                "segment tag \"{tag}\" got no new range within pg_idgen.refill_timeout ({waited_ms} ms)"
+            ),
+            IdgenError::Internal { context, message } => format!("{context}: {message}"),
+            IdgenError::RefillFailed { message, .. } => message.clone(),
+        }
+    }
+
+    fn hint(&self) -> String {
+        match self {
+            IdgenError::NotPreloaded => {
+                "Add pg_idgen to shared_preload_libraries in postgresql.conf and restart the server.".into()
+            }
+            IdgenError::NullArgument { what } => format!("Pass a non-NULL {what}."),
+            IdgenError::EmptyTag | IdgenError::TagTooLong { .. } => format!(
+                "Use the biz_tag of a row in id_segment: 1 to {TAG_MAX_BYTES} bytes, e.g. segment_nextval('orders')."
+            ),
+            IdgenError::UnknownTag { tag } => {
+                format!("Create it first: SELECT segment_create({});", quote_literal(tag))
+            }
+            IdgenError::TagExists { .. } => {
+                "Use the existing tag, or remove it first with segment_drop().".into()
+            }
+            IdgenError::BadStep { .. } => "Pass step => a positive integer; the default is 1000.".into(),
+            IdgenError::BadStart { .. } => "Pass start => a positive bigint; the default is 1.".into(),
+            IdgenError::BadCount { .. } => "Ask for 0 or more IDs.".into(),
+            IdgenError::ReadOnly { .. } => {
+                "Call it in a read-write transaction (SET TRANSACTION READ WRITE).".into()
+            }
+            IdgenError::DuringRecovery { .. } => {
+                "IDs can only be handed out on the primary server; connect to it instead.".into()
+            }
+            IdgenError::TooManyTags { .. } => "Raise pg_idgen.max_tags in postgresql.conf and restart the server, or remove unused tags with segment_drop().".into(),
+            IdgenError::WorkerNotStarted { .. } => {
+                "Raise max_worker_processes in postgresql.conf and restart the server.".into()
+            }
+            IdgenError::RefillTimeout { .. } => "Check the server log and segment_status for the refill worker's errors, and whether a session holds a lock on the id_segment row; raise pg_idgen.refill_timeout if refills are just slow.".into(),
+            IdgenError::Internal { .. } => "This is a bug in pg_idgen; please report it with the server log.".into(),
+            IdgenError::RefillFailed { hint, .. } => hint.clone(),
+        }
+    }
+
+    /// Raises the error as a PostgreSQL `ERROR`: never returns.
+    pub fn raise(self) -> ! {
+        let report =
+            ErrorReport::new(self.code(), self.message(), "pg_idgen").set_hint(self.hint());
+        report.report(PgLogLevel::ERROR);
+        unreachable!("ERROR does not return")
+    }
+
+    /// Logs the error at `WARNING`/`LOG` level with its SQLSTATE and carries on.
+    pub fn log(stored: &StoredError, level: PgLogLevel) {
+        ErrorReport::new(
+            PgSqlErrorCode::from(stored.sqlstate),
+            stored.message.clone(),
+            "pg_idgen",
+        )
+        .set_hint(stored.hint.clone())
+        .report(level);
+    }
+}
+
+/// The first `max` bytes of `text`, cut at a character boundary.
+pub fn truncate_utf8(text: &str, max: usize) -> &str {
+    let mut end = text.len().min(max);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}

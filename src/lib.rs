@@ -1,0 +1,52 @@
+//! pg_idgen: ID generators inside PostgreSQL.
+//!
+//! This file only wires things together: the module magic, `_PG_init`
+//! (settings, shared-memory hooks), the extension's hand-written SQL and
+//! the `pg_test` module `cargo pgrx test` needs. See `segment` for segment
+//! IDs.
+
+use pgrx::prelude::*;
+
+pub mod errors;
+pub mod gucs;
+pub mod segment;
+mod shmem;
+
+::pgrx::pg_module_magic!(name, version);
+
+pgrx::extension_sql_file!("../sql/bootstrap.sql", name = "bootstrap", bootstrap);
+pgrx::extension_sql_file!("../sql/finalize.sql", name = "finalize", finalize);
+
+/// Loads the library. Shared memory and workers exist only when it is
+/// loaded through `shared_preload_libraries`; loaded any other way it
+/// installs nothing, and every function says so when called.
+#[pg_guard]
+pub extern "C-unwind" fn _PG_init() {
+    // SAFETY: a plain read of a global set by the postmaster.
+    if !unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
+        return;
+    }
+    gucs::register();
+    // SAFETY: called once from _PG_init with a static C string.
+    unsafe { pg_sys::MarkGUCPrefixReserved(c"pg_idgen".as_ptr()) };
+    shmem::install_hooks();
+}
+
+#[cfg(any(test, feature = "pg_test"))]
+#[pg_schema]
+mod tests;
+
+/// This module is required by `cargo pgrx test` invocations.
+/// It must be visible at the root of your extension crate.
+#[cfg(test)]
+pub mod pg_test {
+    pub fn setup(_options: Vec<&str>) {}
+
+    #[must_use]
+    pub fn postgresql_conf_options() -> Vec<&'static str> {
+        vec![
+            "shared_preload_libraries = 'pg_idgen'",
+            "pg_idgen.refill_timeout = '5s'",
+        ]
+    }
+}

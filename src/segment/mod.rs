@@ -1,0 +1,19 @@
+//! Segment (号段) IDs: ranges taken from `id_segment` by a per-database
+//! worker, cached in shared memory, handed out by `segment_nextval`.
+//!
+//! * `chain`: the lock-free range chain (pure).
+//! * `policy`: when to refill, where the prefetch mark sits, what range a
+//!   row grants (pure).
+//! * `registry`: slots and worker entries in shared memory; the locking
+//!   protocol.
+//! * `distributor`: the version-CAS on `id_segment` (SPI).
+//! * `worker`: the per-database refill worker.
+//! * `sql`, `status`: the SQL functions and the status view.
+
+pub mod chain;
+pub mod distributor;
+pub mod policy;
+pub mod registry;
+pub mod sql;
+pub mod status;
+pub mod worker;

@@ -1,0 +1,605 @@
+//! The segment registry in shared memory: one slot per (database, tag) with
+//! its range chain, and one entry per database for its refill worker.
+//!
+//! # Locking protocol
+//!
+//! One LWLock, `pg_idgen` (tranche of the same name), guards everything
+//! that is not an atomic taken on the fast path:
+//!
+//! * **exclusive**: assigning or freeing a slot (its identity fields and
+//!   `generation`), publishing to or discarding a slot's chain (the chain
+//!   allows one publisher at a time), writing a slot's error text, and
+//!   changing a worker entry's `database` or `state`.
+//! * **shared**: looking a tag up, reading identity fields and error text
+//!   (the status view, waiting callers).
+//! * **no lock**: taking an ID (`RangeChain::take`, see `chain.rs`), the
+//!   statistics counters (relaxed atomics), `refill_requested`, and waking a
+//!   worker through its latch.
+//!
+//! A backend caches `(slot index, generation)` per tag. `generation` changes
+//! whenever a slot is freed or assigned, before its chain is touched, so a
+//! backend that reads the same generation *after* taking an ID knows the ID
+//! came from its own tag's chain (`Slot::take_for`).
+
+use super::chain::{ChainStatus, PublishError, RangeChain};
+use crate::errors::{StoredError, TAG_MAX_BYTES};
+use pgrx::pg_sys;
+use std::cell::UnsafeCell;
+use std::ptr::null_mut;
+use std::sync::atomic::{
+    AtomicBool, AtomicI32, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, Ordering,
+};
+
+const ERROR_TEXT_BYTES: usize = 480;
+
+/// Counters kept per slot for `segment_status`; all relaxed atomics.
+#[repr(C)]
+#[derive(Default)]
+pub struct SlotStats {
+    pub refills: AtomicU64,
+    /// Version-CAS updates that found another allocator had won.
+    pub cas_conflicts: AtomicU64,
+    pub refill_failures: AtomicU64,
+    pub waits: AtomicU64,
+    pub wait_micros: AtomicU64,
+    /// `id_segment.step` and IDs taken by the last refill.
+    pub step: AtomicI64,
+    pub last_refill_ids: AtomicU64,
+    /// End of the last successful refill (TimestampTz) and its duration.
+    pub last_refill_at: AtomicI64,
+    pub last_refill_micros: AtomicU64,
+}
+
+#[repr(C)]
+struct ErrorText {
+    sqlstate: i32,
+    message_len: usize,
+    message: [u8; ERROR_TEXT_BYTES],
+    hint_len: usize,
+    hint: [u8; ERROR_TEXT_BYTES],
+}
+
+#[repr(C)]
+pub struct Slot {
+    pub generation: AtomicU64,
+    active: AtomicBool,
+    database: AtomicU32,
+    tag_len: AtomicU32,
+    tag: UnsafeCell<[u8; TAG_MAX_BYTES]>,
+    /// OID of the `id_segment` table the chain's ranges came from (0: none
+    /// yet). A different OID means the extension was re-created.
+    table_oid: AtomicU32,
+    /// A caller asked the worker for a range (set without lock, cleared by
+    /// the worker).
+    pub refill_requested: AtomicBool,
+    pub chain: RangeChain,
+    pub stats: SlotStats,
+    /// Bumped after each failed refill, once `error` holds its text.
+    pub error_seq: AtomicU64,
+    error: UnsafeCell<ErrorText>,
+    cv: UnsafeCell<pg_sys::ConditionVariable>,
+}
+
+/// One database's refill worker.
+#[repr(C)]
+pub struct WorkerEntry {
+    pub database: AtomicU32,
+    pub state: AtomicU32,
+    pub pid: AtomicI32,
+    latch: AtomicPtr<pg_sys::Latch>,
+    /// When it was asked to start (ms since the Unix epoch), to spot a start
+    /// that never came.
+    started_at_ms: AtomicI64,
+}
+
+pub const WORKER_NONE: u32 = 0;
+pub const WORKER_STARTING: u32 = 1;
+pub const WORKER_RUNNING: u32 = 2;
+
+/// How long a requested worker may take to attach before it is presumed
+/// lost (the postmaster could not fork it, or its database vanished).
+const WORKER_START_GRACE_MS: i64 = 10_000;
+
+#[repr(C)]
+pub struct Registry {
+    lock: *mut pg_sys::LWLock,
+    max_tags: usize,
+    slots: *mut Slot,
+    workers: *mut WorkerEntry,
+}
+
+// SAFETY: the registry lives in shared memory; every field of it that
+// changes is an atomic or guarded by `lock` as described in the header.
+unsafe impl Sync for Registry {}
+
+static REGISTRY: AtomicPtr<Registry> = AtomicPtr::new(null_mut());
+
+/// The registry, or `None` when the library was not preloaded.
+#[inline]
+pub fn registry() -> Option<&'static Registry> {
+    let ptr = REGISTRY.load(Ordering::Acquire);
+    // SAFETY: set once per postmaster life by `attach` to memory that stays
+    // mapped for the life of every process forked after it.
+    unsafe { ptr.as_ref() }
+}
+
+/// Bytes of shared memory the registry needs.
+pub fn shmem_size(max_tags: usize) -> usize {
+    std::mem::size_of::<Registry>()
+        + std::mem::align_of::<Slot>()
+        + max_tags * std::mem::size_of::<Slot>()
+        + max_tags * std::mem::size_of::<WorkerEntry>()
+}
+
+/// Lays the registry out in `base` (fresh shared memory when `found` is
+/// false) and makes it this process's registry.
+///
+/// # Safety
+/// `base` points at `shmem_size(max_tags)` bytes of shared memory; called
+/// from the shmem startup hook while holding `AddinShmemInitLock`.
+pub unsafe fn attach(base: *mut u8, found: bool, max_tags: usize, lock: *mut pg_sys::LWLock) {
+    let header = base as *mut Registry;
+    if !found {
+        let slots_at = base.add(std::mem::size_of::<Registry>());
+        let slots = slots_at.add(slots_at.align_offset(std::mem::align_of::<Slot>())) as *mut Slot;
+        let workers = slots.add(max_tags) as *mut WorkerEntry;
+        for i in 0..max_tags {
+            let slot = slots.add(i);
+            std::ptr::write_bytes(slot as *mut u8, 0, std::mem::size_of::<Slot>());
+            std::ptr::write(std::ptr::addr_of_mut!((*slot).chain), RangeChain::new());
+            pg_sys::ConditionVariableInit((*slot).cv.get());
+            std::ptr::write_bytes(
+                workers.add(i) as *mut u8,
+                0,
+                std::mem::size_of::<WorkerEntry>(),
+            );
+        }
+        std::ptr::write(
+            header,
+            Registry {
+                lock,
+                max_tags,
+                slots,
+                workers,
+            },
+        );
+    }
+    REGISTRY.store(header, Ordering::Release);
+}
+
+/// Holds the registry lock; released on drop (and by PostgreSQL's error
+/// cleanup, `LWLockReleaseAll`, if an error unwinds through it).
+pub struct Locked<'a> {
+    registry: &'a Registry,
+}
+
+impl Drop for Locked<'_> {
+    fn drop(&mut self) {
+        // SAFETY: acquired in `Registry::lock`; an LWLock may be released once.
+        unsafe { pg_sys::LWLockRelease(self.registry.lock) };
+    }
+}
+
+pub enum Lookup {
+    Found { index: usize, generation: u64 },
+    Full,
+}
+
+impl Registry {
+    pub fn max_tags(&self) -> usize {
+        self.max_tags
+    }
+
+    pub fn lock(&self, exclusive: bool) -> Locked<'_> {
+        let mode = if exclusive {
+            pg_sys::LWLockMode::LW_EXCLUSIVE
+        } else {
+            pg_sys::LWLockMode::LW_SHARED
+        };
+        // SAFETY: `lock` is the named tranche's LWLock, valid for the
+        // postmaster's life; LWLockAcquire waits uninterruptibly but every
+        // holder keeps it for microseconds.
+        unsafe { pg_sys::LWLockAcquire(self.lock, mode) };
+        Locked { registry: self }
+    }
+
+    #[inline]
+    pub fn slot(&self, index: usize) -> &Slot {
+        assert!(index < self.max_tags);
+        // SAFETY: `slots` holds `max_tags` initialised slots.
+        unsafe { &*self.slots.add(index) }
+    }
+
+    pub fn slots(&self) -> impl Iterator<Item = (usize, &Slot)> {
+        (0..self.max_tags).map(move |i| (i, self.slot(i)))
+    }
+
+    fn worker(&self, index: usize) -> &WorkerEntry {
+        assert!(index < self.max_tags);
+        // SAFETY: `workers` holds `max_tags` initialised entries.
+        unsafe { &*self.workers.add(index) }
+    }
+
+    fn find_locked(&self, database: u32, tag: &[u8]) -> Option<usize> {
+        self.slots()
+            .find(|(_, slot)| slot.is(database, tag))
+            .map(|(i, _)| i)
+    }
+
+    /// The slot of `(database, tag)`, assigned now if it has none.
+    pub fn lookup_or_assign(&self, database: u32, tag: &[u8]) -> Lookup {
+        assert!(tag.len() <= TAG_MAX_BYTES);
+        {
+            let _shared = self.lock(false);
+            if let Some(index) = self.find_locked(database, tag) {
+                let generation = self.slot(index).generation.load(Ordering::Acquire);
+                return Lookup::Found { index, generation };
+            }
+        }
+        let _exclusive = self.lock(true);
+        if let Some(index) = self.find_locked(database, tag) {
+            let generation = self.slot(index).generation.load(Ordering::Acquire);
+            return Lookup::Found { index, generation };
+        }
+        let Some((index, slot)) = self
+            .slots()
+            .find(|(_, slot)| !slot.active.load(Ordering::Relaxed))
+        else {
+            return Lookup::Full;
+        };
+        // Generation first: a backend still holding the old generation
+        // must see the change before it could see the new chain contents.
+        let generation = slot.generation.fetch_add(1, Ordering::SeqCst) + 1;
+        slot.chain.discard(true);
+        slot.reset_stats();
+        // SAFETY: exclusive lock held; the slot is inactive, so nobody reads
+        // the tag bytes without the lock.
+        unsafe {
+            let bytes = &mut *slot.tag.get();
+            bytes[..tag.len()].copy_from_slice(tag);
+        }
+        slot.tag_len.store(tag.len() as u32, Ordering::Relaxed);
+        slot.database.store(database, Ordering::Relaxed);
+        slot.table_oid.store(0, Ordering::Relaxed);
+        slot.error_seq.store(0, Ordering::Relaxed);
+        slot.refill_requested.store(false, Ordering::Relaxed);
+        slot.active.store(true, Ordering::Release);
+        Lookup::Found { index, generation }
+    }
+
+    /// Frees `(database, tag)`'s slot, dropping its cached ranges. Returns
+    /// whether it had one.
+    pub fn free(&self, database: u32, tag: &[u8]) -> bool {
+        let _exclusive = self.lock(true);
+        let Some(index) = self.find_locked(database, tag) else {
+            return false;
+        };
+        let slot = self.slot(index);
+        slot.generation.fetch_add(1, Ordering::SeqCst);
+        slot.active.store(false, Ordering::Release);
+        slot.chain.discard(true);
+        slot.broadcast();
+        true
+    }
+
+    /// Frees every slot of `database` (its extension was dropped or its
+    /// `id_segment` replaced).
+    pub fn free_database(&self, database: u32) {
+        let _exclusive = self.lock(true);
+        for (_, slot) in self.slots() {
+            if slot.active.load(Ordering::Relaxed)
+                && slot.database.load(Ordering::Relaxed) == database
+            {
+                slot.generation.fetch_add(1, Ordering::SeqCst);
+                slot.active.store(false, Ordering::Release);
+                slot.chain.discard(true);
+                slot.broadcast();
+            }
+        }
+    }
+
+    // ---- workers ----------------------------------------------------------
+
+    fn worker_index_locked(&self, database: u32) -> Option<usize> {
+        (0..self.max_tags).find(|&i| {
+            let entry = self.worker(i);
+            entry.state.load(Ordering::Acquire) != WORKER_NONE
+                && entry.database.load(Ordering::Acquire) == database
+        })
+    }
+
+    /// Sets the running worker's latch for `database`; returns false when
+    /// none is running or starting (the caller should `claim_worker_start`).
+    pub fn wake_worker(&self, database: u32) -> bool {
+        for i in 0..self.max_tags {
+            let entry = self.worker(i);
+            if entry.database.load(Ordering::Acquire) != database {
+                continue;
+            }
+            match entry.state.load(Ordering::SeqCst) {
+                WORKER_RUNNING => {
+                    let latch = entry.latch.load(Ordering::Acquire);
+                    if !latch.is_null() {
+                        // SAFETY: a PGPROC's latch lives in shared memory for
+                        // the postmaster's life; setting a latch of a process
+                        // that just exited is harmless.
+                        unsafe { pg_sys::SetLatch(latch) };
+                    }
+                    return true;
+                }
+                WORKER_STARTING
+                    if now_ms() - entry.started_at_ms.load(Ordering::Relaxed)
+                        < WORKER_START_GRACE_MS =>
+                {
+                    return true
+                }
+                _ => {}
+            }
+        }
+        false
+    }
+
+    /// Marks a worker for `database` as starting, if none is running or
+    /// starting; returns whether the caller must now register it.
+    pub fn claim_worker_start(&self, database: u32) -> bool {
+        let _exclusive = self.lock(true);
+        if let Some(i) = self.worker_index_locked(database) {
+            let entry = self.worker(i);
+            let stale = entry.state.load(Ordering::Relaxed) == WORKER_STARTING
+                && now_ms() - entry.started_at_ms.load(Ordering::Relaxed) >= WORKER_START_GRACE_MS;
+            if !stale {
+                return false;
+            }
+            entry.started_at_ms.store(now_ms(), Ordering::Relaxed);
+            return true;
+        }
+        let Some(i) = (0..self.max_tags)
+            .find(|&i| self.worker(i).state.load(Ordering::Relaxed) == WORKER_NONE)
+        else {
+            return false;
+        };
+        let entry = self.worker(i);
+        entry.database.store(database, Ordering::Release);
+        entry.pid.store(0, Ordering::Relaxed);
+        entry.latch.store(null_mut(), Ordering::Relaxed);
+        entry.started_at_ms.store(now_ms(), Ordering::Relaxed);
+        entry.state.store(WORKER_STARTING, Ordering::SeqCst);
+        true
+    }
+
+    /// Undoes `claim_worker_start` after the registration failed.
+    pub fn abandon_worker_start(&self, database: u32) {
+        let _exclusive = self.lock(true);
+        if let Some(i) = self.worker_index_locked(database) {
+            let entry = self.worker(i);
+            if entry.state.load(Ordering::Relaxed) == WORKER_STARTING {
+                entry.state.store(WORKER_NONE, Ordering::SeqCst);
+            }
+        }
+    }
+
+    /// Called by a starting worker: takes over its database's entry.
+    /// Returns false if another worker already serves the database.
+    pub fn worker_attach(&self, database: u32, pid: i32, latch: *mut pg_sys::Latch) -> bool {
+        let _exclusive = self.lock(true);
+        let index = match self.worker_index_locked(database) {
+            Some(i) => {
+                let entry = self.worker(i);
+                if entry.state.load(Ordering::Relaxed) == WORKER_RUNNING
+                    && entry.pid.load(Ordering::Relaxed) != pid
+                {
+                    return false;
+                }
+                i
+            }
+            None => match (0..self.max_tags)
+                .find(|&i| self.worker(i).state.load(Ordering::Relaxed) == WORKER_NONE)
+            {
+                Some(i) => i,
+                None => return false,
+            },
+        };
+        let entry = self.worker(index);
+        entry.database.store(database, Ordering::Release);
+        entry.pid.store(pid, Ordering::Relaxed);
+        entry.latch.store(latch, Ordering::Release);
+        entry.state.store(WORKER_RUNNING, Ordering::SeqCst);
+        true
+    }
+
+    /// Called by a worker on its way out: frees its entry. Then, if a
+    /// refill was asked for in the meantime (a caller that saw the entry
+    /// still running and only set the latch), returns true: the worker
+    /// should carry on instead (it has re-attached).
+    pub fn worker_detach(&self, database: u32, pid: i32, latch: *mut pg_sys::Latch) -> bool {
+        {
+            let _exclusive = self.lock(true);
+            if let Some(i) = self.worker_index_locked(database) {
+                let entry = self.worker(i);
+                if entry.pid.load(Ordering::Relaxed) == pid {
+                    entry.latch.store(null_mut(), Ordering::Release);
+                    entry.state.store(WORKER_NONE, Ordering::SeqCst);
+                }
+            }
+        }
+        // Pairs with the caller's `refill_requested` store followed by its
+        // SeqCst read of the entry state: one of the two sees the other.
+        let pending = self.slots().any(|(_, slot)| {
+            slot.is_active_in(database) && slot.refill_requested.load(Ordering::SeqCst)
+        });
+        pending && self.worker_attach(database, pid, latch)
+    }
+
+    /// Clears the entry of a worker that is exiting for any reason.
+    pub fn worker_gone(&self, database: u32, pid: i32) {
+        let _exclusive = self.lock(true);
+        for i in 0..self.max_tags {
+            let entry = self.worker(i);
+            if entry.database.load(Ordering::Relaxed) == database
+                && entry.pid.load(Ordering::Relaxed) == pid
+            {
+                entry.latch.store(null_mut(), Ordering::Release);
+                entry.state.store(WORKER_NONE, Ordering::SeqCst);
+            }
+        }
+    }
+
+    /// `(database, pid, state)` of every worker entry in use.
+    pub fn workers(&self) -> Vec<(u32, i32, u32)> {
+        (0..self.max_tags)
+            .map(|i| self.worker(i))
+            .filter(|e| e.state.load(Ordering::Acquire) != WORKER_NONE)
+            .map(|e| {
+                (
+                    e.database.load(Ordering::Relaxed),
+                    e.pid.load(Ordering::Relaxed),
+                    e.state.load(Ordering::Relaxed),
+                )
+            })
+            .collect()
+    }
+}
+
+impl Slot {
+    fn is(&self, database: u32, tag: &[u8]) -> bool {
+        self.active.load(Ordering::Acquire)
+            && self.database.load(Ordering::Relaxed) == database
+            && self.tag_len.load(Ordering::Relaxed) as usize == tag.len()
+            // SAFETY: the registry lock is held (shared or exclusive) by
+            // every caller, so the tag bytes are not being written.
+            && unsafe { &(&*self.tag.get())[..tag.len()] } == tag
+    }
+
+    pub fn is_active_in(&self, database: u32) -> bool {
+        self.active.load(Ordering::Acquire) && self.database.load(Ordering::Relaxed) == database
+    }
+
+    pub fn is_active(&self) -> bool {
+        self.active.load(Ordering::Acquire)
+    }
+
+    pub fn database(&self) -> u32 {
+        self.database.load(Ordering::Relaxed)
+    }
+
+    /// The tag, read under the registry lock.
+    pub fn tag(&self, _locked: &Locked<'_>) -> String {
+        let len = self.tag_len.load(Ordering::Relaxed) as usize;
+        // SAFETY: the caller holds the registry lock (witnessed by `_locked`).
+        let bytes = unsafe { &(&*self.tag.get())[..len] };
+        String::from_utf8_lossy(bytes).into_owned()
+    }
+
+    pub fn table_oid(&self) -> u32 {
+        self.table_oid.load(Ordering::Acquire)
+    }
+
+    /// Takes an ID for a caller that cached `generation`; `None` when the
+    /// chain is empty or the slot no longer belongs to the caller's tag.
+    #[inline]
+    pub fn take_for(&self, generation: u64) -> Option<super::chain::Taken> {
+        let taken = self.chain.take();
+        if self.generation.load(Ordering::Acquire) != generation {
+            return None;
+        }
+        taken
+    }
+
+    fn reset_stats(&self) {
+        let s = &self.stats;
+        for counter in [
+            &s.refills,
+            &s.cas_conflicts,
+            &s.refill_failures,
+            &s.waits,
+            &s.wait_micros,
+            &s.last_refill_ids,
+            &s.last_refill_micros,
+        ] {
+            counter.store(0, Ordering::Relaxed);
+        }
+        s.step.store(0, Ordering::Relaxed);
+        s.last_refill_at.store(0, Ordering::Relaxed);
+    }
+
+    /// Publishes a committed range (exclusive lock held). If the slot was
+    /// bound to another `id_segment` table (the extension was re-created),
+    /// its old ranges are dropped first.
+    pub fn publish(
+        &self,
+        _locked: &Locked<'_>,
+        table_oid: u32,
+        first: i64,
+        len: u64,
+        mark: u64,
+    ) -> Result<(), PublishError> {
+        self.bind_table(_locked, table_oid);
+        self.chain.publish(first, len, mark)
+    }
+
+    /// Binds the slot to `table_oid`, dropping ranges from any other table.
+    pub fn bind_table(&self, _locked: &Locked<'_>, table_oid: u32) {
+        let bound = self.table_oid.load(Ordering::Acquire);
+        if bound != table_oid {
+            if bound != 0 {
+                self.chain.discard(true);
+            }
+            self.table_oid.store(table_oid, Ordering::Release);
+        }
+    }
+
+    pub fn status(&self) -> ChainStatus {
+        self.chain.status()
+    }
+
+    /// Stores a failed refill's error for the waiting callers (exclusive
+    /// lock held) and wakes them.
+    pub fn set_error(&self, _locked: &Locked<'_>, error: &StoredError) {
+        // SAFETY: exclusive lock held (the caller's `Locked` is exclusive by
+        // contract); readers take it shared.
+        let text = unsafe { &mut *self.error.get() };
+        text.sqlstate = error.sqlstate;
+        text.message_len = copy_truncated(&mut text.message, &error.message);
+        text.hint_len = copy_truncated(&mut text.hint, &error.hint);
+        self.error_seq.fetch_add(1, Ordering::Release);
+        self.stats.refill_failures.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The last refill error, if any refill failed since the slot was
+    /// assigned (registry lock held).
+    pub fn last_error(&self, _locked: &Locked<'_>) -> Option<StoredError> {
+        if self.error_seq.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        // SAFETY: the registry lock is held; writers hold it exclusively.
+        let text = unsafe { &*self.error.get() };
+        Some(StoredError {
+            sqlstate: text.sqlstate,
+            message: String::from_utf8_lossy(&text.message[..text.message_len]).into_owned(),
+            hint: String::from_utf8_lossy(&text.hint[..text.hint_len]).into_owned(),
+        })
+    }
+
+    pub fn cv(&self) -> *mut pg_sys::ConditionVariable {
+        self.cv.get()
+    }
+
+    /// Wakes every backend waiting for this slot.
+    pub fn broadcast(&self) {
+        // SAFETY: the condition variable was initialised with the slot and
+        // lives in shared memory.
+        unsafe { pg_sys::ConditionVariableBroadcast(self.cv.get()) };
+    }
+}
+
+fn copy_truncated(into: &mut [u8], text: &str) -> usize {
+    let text = crate::errors::truncate_utf8(text, into.len());
+    into[..text.len()].copy_from_slice(text.as_bytes());
+    text.len()
+}
+
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}

@@ -1,0 +1,301 @@
+//! The per-database refill worker: a dynamic background worker, started on
+//! demand by the first call that needs a range, that keeps every tag of its
+//! database stocked and leaves when idle.
+//!
+//! Each pass looks at the database's slots; for every slot the policy says
+//! needs a range, it runs the distributor's CAS in a transaction of its own,
+//! commits it synchronously, and only then publishes the range to shared
+//! memory and wakes the waiting callers. A failure (a missing row, a lock
+//! timeout, a tampered row) is stored in the slot for its callers and
+//! logged with its SQLSTATE; the worker carries on.
+//!
+//! It never stands in the way of `DROP DATABASE` or
+//! `CREATE DATABASE ... TEMPLATE`: between passes it probes the lock those
+//! commands take on its database and exits as soon as one waits for it. It
+//! holds no lock on `id_segment` between refills, so `DROP EXTENSION` only
+//! waits for a refill in flight.
+
+use super::distributor;
+use super::policy;
+use super::registry::{registry, Registry, Slot};
+use crate::errors::{refill_problem_report, IdgenError, StoredError};
+use crate::gucs;
+use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder, SignalWakeFlags};
+use pgrx::pg_sys;
+use pgrx::pg_sys::panic::CaughtError;
+use pgrx::pg_sys::PgTryBuilder;
+use pgrx::prelude::*;
+use pgrx::PgLogLevel;
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+/// How long the worker sleeps between passes when nobody wakes it: the
+/// longest a lost wake-up or a pending `DROP DATABASE` waits for it.
+const PASS_INTERVAL: Duration = Duration::from_millis(200);
+
+const WORKER_TYPE: &str = "pg_idgen refill worker";
+
+/// Registers a refill worker for `database` unless one is running or
+/// starting. Called by backends that need a range.
+pub fn ensure_running(database: u32) -> Result<(), IdgenError> {
+    let Some(registry) = registry() else {
+        return Err(IdgenError::NotPreloaded);
+    };
+    if registry.wake_worker(database) || !registry.claim_worker_start(database) {
+        return Ok(());
+    }
+    let started = BackgroundWorkerBuilder::new(&format!("{WORKER_TYPE} for database {database}"))
+        .set_type(WORKER_TYPE)
+        .set_library("pg_idgen")
+        .set_function("pg_idgen_refill_worker_main")
+        .set_argument(Some(pg_sys::Datum::from(database)))
+        .enable_spi_access()
+        .set_restart_time(None)
+        .load_dynamic();
+    if started.is_err() {
+        registry.abandon_worker_start(database);
+        // SAFETY: called in a backend with a transaction (the caller is a
+        // SQL function); the name is palloc'd or NULL.
+        let name = unsafe { pg_sys::get_database_name(pg_sys::Oid::from(database)) };
+        let database = if name.is_null() {
+            database.to_string()
+        } else {
+            // SAFETY: a NUL-terminated palloc'd string.
+            unsafe { std::ffi::CStr::from_ptr(name) }
+                .to_string_lossy()
+                .into_owned()
+        };
+        return Err(IdgenError::WorkerNotStarted { database });
+    }
+    Ok(())
+}
+
+/// Entry point, named in `bgw_function_name`.
+#[pg_guard]
+#[unsafe(no_mangle)]
+pub extern "C-unwind" fn pg_idgen_refill_worker_main(arg: pg_sys::Datum) {
+    let database = arg.value() as u32;
+    BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
+    let Some(registry) = registry() else { return };
+    // SAFETY: MyProcPid and MyLatch are set for every started process.
+    let (pid, latch) = unsafe { (pg_sys::MyProcPid, pg_sys::MyLatch) };
+    // SAFETY: the callback only touches shared memory; registered before
+    // connecting, so a FATAL while connecting still clears the entry.
+    unsafe { pg_sys::before_shmem_exit(Some(on_exit), pg_sys::Datum::from(database)) };
+    BackgroundWorker::connect_worker_to_spi_by_oid(Some(pg_sys::Oid::from(database)), None);
+    if !registry.worker_attach(database, pid, latch) {
+        return; // another worker serves this database
+    }
+    let mut last_work = Instant::now();
+    let mut logged: HashMap<usize, String> = HashMap::new();
+    loop {
+        if BackgroundWorker::sighup_received() {
+            // SAFETY: in the worker's main loop, outside any transaction.
+            unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
+        }
+        if refill_pass(registry, database, &mut logged) {
+            last_work = Instant::now();
+        }
+        if database_needed_exclusively(database) {
+            break;
+        }
+        let idle_for = Duration::from_secs(gucs::WORKER_IDLE_TIMEOUT_S.get() as u64);
+        if last_work.elapsed() >= idle_for {
+            if registry.worker_detach(database, pid, latch) {
+                last_work = Instant::now();
+                continue;
+            }
+            return;
+        }
+        if !BackgroundWorker::wait_latch(Some(PASS_INTERVAL)) {
+            break; // SIGTERM or postmaster death
+        }
+    }
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn on_exit(_code: i32, arg: pg_sys::Datum) {
+    if let Some(registry) = registry() {
+        // SAFETY: MyProcPid is set in every process.
+        registry.worker_gone(arg.value() as u32, unsafe { pg_sys::MyProcPid });
+    }
+}
+
+/// One look at every slot of the database; returns whether it refilled or
+/// tried to.
+fn refill_pass(registry: &Registry, database: u32, logged: &mut HashMap<usize, String>) -> bool {
+    let percent = gucs::PREFETCH_PERCENT.get() as u32;
+    let mut worked = false;
+    for (index, slot) in registry.slots() {
+        if !slot.is_active_in(database) {
+            continue;
+        }
+        let requested = slot.refill_requested.swap(false, Ordering::SeqCst);
+        let status = slot.status();
+        // A slot that never got a range is only tried when a caller asks,
+        // so a mistyped tag does not keep the worker reading the table.
+        let prefetch = status.published > 0 && policy::needs_refill(&status, percent);
+        if !(prefetch || requested && policy::needs_refill(&status, percent)) {
+            continue;
+        }
+        worked = true;
+        refill(registry, index, slot, percent, logged);
+    }
+    worked
+}
+
+fn refill(
+    registry: &Registry,
+    index: usize,
+    slot: &Slot,
+    percent: u32,
+    logged: &mut HashMap<usize, String>,
+) {
+    let (tag, generation) = {
+        let shared = registry.lock(false);
+        (slot.tag(&shared), slot.generation.load(Ordering::Acquire))
+    };
+    let status = slot.status();
+    let bound_table = slot.table_oid();
+    let handed_out = (status.published > 0 && status.high_water > 0).then_some(status.high_water);
+    let lock_timeout = gucs::REFILL_TIMEOUT_MS.get();
+    let started = Instant::now();
+    let outcome =
+        in_transaction(|| distributor::take_range(&tag, 1, bound_table, handed_out, lock_timeout));
+    let error = match outcome {
+        Ok(Ok(Ok(granted))) => {
+            let exclusive = registry.lock(true);
+            if slot.generation.load(Ordering::Acquire) != generation {
+                return; // dropped while we refilled: the range becomes a gap
+            }
+            let mark = policy::mark_offset(granted.len, percent);
+            match slot.publish(
+                &exclusive,
+                granted.table_oid,
+                granted.first,
+                granted.len,
+                mark,
+            ) {
+                Ok(()) => {
+                    let stats = &slot.stats;
+                    stats.refills.fetch_add(1, Ordering::Relaxed);
+                    stats
+                        .cas_conflicts
+                        .fetch_add(granted.cas_conflicts, Ordering::Relaxed);
+                    stats.step.store(granted.step, Ordering::Relaxed);
+                    stats.last_refill_ids.store(granted.len, Ordering::Relaxed);
+                    // SAFETY: plain read of the current time.
+                    stats
+                        .last_refill_at
+                        .store(unsafe { pg_sys::GetCurrentTimestamp() }, Ordering::Relaxed);
+                    stats
+                        .last_refill_micros
+                        .store(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+                    drop(exclusive);
+                    logged.remove(&index);
+                    slot.broadcast();
+                    return;
+                }
+                Err(e) => StoredError {
+                    sqlstate: PgSqlErrorCode::ERRCODE_INTERNAL_ERROR as i32,
+                    message: format!(
+                        "range {}..{} of segment tag \"{tag}\" could not be cached: {e:?}",
+                        granted.first, granted.len
+                    ),
+                    hint: "This is a bug in pg_idgen; the range is skipped and no ID repeats."
+                        .into(),
+                },
+            }
+        }
+        Ok(Ok(Err(problem))) => refill_problem_report(&problem, &tag),
+        Ok(Err(spi_error)) => StoredError {
+            sqlstate: PgSqlErrorCode::ERRCODE_INTERNAL_ERROR as i32,
+            message: format!("refill of segment tag \"{tag}\" failed: {spi_error}"),
+            hint: "Check the server log.".into(),
+        },
+        Err(caught) => caught,
+    };
+    {
+        let exclusive = registry.lock(true);
+        if slot.generation.load(Ordering::Acquire) == generation {
+            slot.set_error(&exclusive, &error);
+        }
+    }
+    slot.broadcast();
+    if logged.get(&index) != Some(&error.message) {
+        IdgenError::log(&error, PgLogLevel::LOG);
+        logged.insert(index, error.message);
+    }
+}
+
+/// Runs `body` in a transaction of its own and commits it; a PostgreSQL
+/// error anywhere in it (including the commit) aborts the transaction and
+/// comes back as the error's report.
+fn in_transaction<R>(body: impl FnOnce() -> R) -> Result<R, StoredError> {
+    // The body runs once; if it fails, nothing of it is used again.
+    let body = std::panic::AssertUnwindSafe(body);
+    PgTryBuilder::new(move || {
+        let body = body;
+        // SAFETY: the worker is outside any transaction here; every start
+        // is matched by the commit below or the abort in the catch.
+        unsafe {
+            pg_sys::SetCurrentStatementStartTimestamp();
+            pg_sys::StartTransactionCommand();
+            pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
+        }
+        let result = (body.0)();
+        // SAFETY: matches the push and start above.
+        unsafe {
+            pg_sys::PopActiveSnapshot();
+            pg_sys::CommitTransactionCommand();
+        }
+        Ok(result)
+    })
+    .catch_others(|caught| {
+        // SAFETY: we are in the worker's top level with an aborted (or no)
+        // transaction; this is how a background worker recovers from ERROR.
+        unsafe { pg_sys::AbortCurrentTransaction() };
+        Err(stored_from(caught))
+    })
+    .execute()
+}
+
+fn stored_from(caught: CaughtError) -> StoredError {
+    let report = match &caught {
+        CaughtError::PostgresError(r)
+        | CaughtError::ErrorReport(r)
+        | CaughtError::RustPanic { ereport: r, .. } => r,
+    };
+    StoredError {
+        sqlstate: report.sql_error_code() as i32,
+        message: report.message().to_string(),
+        hint: report.hint().unwrap_or("Check the server log.").to_string(),
+    }
+}
+
+/// Whether a session waits for a lock that `DROP DATABASE`, `ALTER DATABASE
+/// ... RENAME` or `CREATE DATABASE ... TEMPLATE` take on the database, which
+/// also wait for every other process connected to it: then the worker
+/// must go.
+fn database_needed_exclusively(database: u32) -> bool {
+    // SAFETY: a zeroed LOCKTAG is valid; the fields set below are the
+    // SET_LOCKTAG_OBJECT layout for a shared catalog object.
+    let mut tag: pg_sys::LOCKTAG = unsafe { std::mem::zeroed() };
+    tag.locktag_field1 = 0;
+    tag.locktag_field2 = pg_sys::DatabaseRelationId.to_u32();
+    tag.locktag_field3 = database;
+    tag.locktag_field4 = 0;
+    tag.locktag_type = pg_sys::LockTagType::LOCKTAG_OBJECT as u8;
+    tag.locktag_lockmethodid = pg_sys::DEFAULT_LOCKMETHOD as u8;
+    let mode = pg_sys::RowExclusiveLock as pg_sys::LOCKMODE;
+    // SAFETY: a session lock needs no resource owner; dontWait makes this
+    // return at once instead of queueing behind the waiting command.
+    let result = unsafe { pg_sys::LockAcquire(&tag, mode, true, true) };
+    if result == pg_sys::LockAcquireResult::LOCKACQUIRE_NOT_AVAIL {
+        return true;
+    }
+    // SAFETY: releases exactly the session lock acquired above.
+    unsafe { pg_sys::LockRelease(&tag, mode, true) };
+    false
+}
