@@ -33,8 +33,7 @@ pub extern "C-unwind" fn _PG_init() {
 }
 
 #[cfg(any(test, feature = "pg_test"))]
-#[pg_schema]
-mod tests;
+mod pg_tests;
 
 /// This module is required by `cargo pgrx test` invocations.
 /// It must be visible at the root of your extension crate.

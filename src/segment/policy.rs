@@ -66,7 +66,7 @@ pub fn plan_range(
     let wanted = (step as u64)
         .saturating_mul(steps.max(1))
         .min(MAX_RANGE_LEN);
-    let room = (i64::MAX - max_id) as u64;
+    let room = (i128::from(i64::MAX) - i128::from(max_id)) as u64;
     let len = wanted.min(room);
     Ok(RangePlan {
         new_max_id: max_id + len as i64,

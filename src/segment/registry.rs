@@ -241,10 +241,17 @@ impl Registry {
             let generation = self.slot(index).generation.load(Ordering::Acquire);
             return Lookup::Found { index, generation };
         }
-        let Some((index, slot)) = self
+        // A free slot, or else one whose tag never got a range because its
+        // refill failed (a mistyped tag): it holds nothing worth keeping.
+        let never_served = |slot: &Slot| {
+            slot.stats.refills.load(Ordering::Relaxed) == 0
+                && slot.error_seq.load(Ordering::Relaxed) > 0
+        };
+        let reusable = self
             .slots()
             .find(|(_, slot)| !slot.active.load(Ordering::Relaxed))
-        else {
+            .or_else(|| self.slots().find(|(_, slot)| never_served(slot)));
+        let Some((index, slot)) = reusable else {
             return Lookup::Full;
         };
         // Generation first: a backend still holding the old generation

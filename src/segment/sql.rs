@@ -78,26 +78,47 @@ pub fn check_tag(tag: &[u8]) {
     }
 }
 
+/// The OID of the `id_segment` table beside the called function (0 if it
+/// is gone). Ranges cached from another table (an extension dropped and
+/// created again) must not be handed out for this one.
+fn current_table_oid(fcinfo: pg_sys::FunctionCallInfo) -> u32 {
+    // SAFETY: fcinfo is the current call's; both look-ups read the syscache.
+    unsafe {
+        let namespace = pg_sys::get_func_namespace((*(*fcinfo).flinfo).fn_oid);
+        pg_sys::get_relname_relid(c"id_segment".as_ptr(), namespace).to_u32()
+    }
+}
+
 /// The slot of `tag` in this database: from the backend's memory, or from
-/// shared memory (assigning a slot if the tag has none).
-fn resolve(registry: &Registry, tag: &[u8]) -> (usize, u64) {
+/// shared memory (assigning a slot if the tag has none), bound to the
+/// current `id_segment` table.
+fn resolve(registry: &Registry, tag: &[u8], table_oid: u32) -> (usize, u64) {
     check_tag(tag);
-    let cached = RESOLVED.with(|map| map.borrow().get(tag).copied());
-    if let Some((index, generation)) = cached {
-        if registry.slot(index).generation.load(Ordering::Acquire) == generation {
-            return (index, generation);
-        }
+    let cached =
+        RESOLVED
+            .with(|map| map.borrow().get(tag).copied())
+            .filter(|&(index, generation)| {
+                registry.slot(index).generation.load(Ordering::Acquire) == generation
+            });
+    let (index, generation) = match cached {
+        Some(found) => found,
+        None => match registry.lookup_or_assign(database(), tag) {
+            Lookup::Found { index, generation } => {
+                RESOLVED.with(|map| map.borrow_mut().insert(tag.to_vec(), (index, generation)));
+                (index, generation)
+            }
+            Lookup::Full => IdgenError::TooManyTags {
+                max_tags: registry.max_tags() as i32,
+            }
+            .raise(),
+        },
+    };
+    let slot = registry.slot(index);
+    if table_oid != 0 && slot.table_oid() != table_oid {
+        let exclusive = registry.lock(true);
+        slot.bind_table(&exclusive, table_oid);
     }
-    match registry.lookup_or_assign(database(), tag) {
-        Lookup::Found { index, generation } => {
-            RESOLVED.with(|map| map.borrow_mut().insert(tag.to_vec(), (index, generation)));
-            (index, generation)
-        }
-        Lookup::Full => IdgenError::TooManyTags {
-            max_tags: registry.max_tags() as i32,
-        }
-        .raise(),
-    }
+    (index, generation)
 }
 
 /// Asks the database's worker for the next range of a slot.
@@ -202,9 +223,9 @@ fn next_id_slow(registry: &Registry, index: usize, generation: u64, tag: &[u8]) 
 }
 
 /// The next ID of `tag`, resolving it as needed.
-pub fn next_id(registry: &Registry, tag: &[u8]) -> i64 {
+fn next_id(registry: &Registry, tag: &[u8], table_oid: u32) -> i64 {
     loop {
-        let (index, generation) = resolve(registry, tag);
+        let (index, generation) = resolve(registry, tag, table_oid);
         if let Some(id) = next_id_slow(registry, index, generation, tag) {
             return id;
         }
@@ -240,15 +261,15 @@ pub unsafe extern "C-unwind" fn segment_nextval_fast(
 ) -> pg_sys::Datum {
     let registry = registry_or_raise();
     check_writable("segment_nextval()");
-    let fcinfo = &mut *fcinfo;
-    let arg = fcinfo.args.as_slice(1)[0];
+    let call = &mut *fcinfo;
+    let arg = call.args.as_slice(1)[0];
     if arg.isnull {
         IdgenError::NullArgument {
             what: "segment tag",
         }
         .raise();
     }
-    let flinfo = &mut *fcinfo.flinfo;
+    let flinfo = &mut *call.flinfo;
     let site = flinfo.fn_extra as *mut CallSite;
     if let Some(site) = site.as_mut() {
         if site.arg_stable || text_bytes(arg.value) == &site.tag[..site.tag_len] {
@@ -258,9 +279,10 @@ pub unsafe extern "C-unwind" fn segment_nextval_fast(
         }
     }
     let tag = text_bytes(arg.value);
-    let id = next_id(registry, tag);
+    let table_oid = current_table_oid(fcinfo);
+    let id = next_id(registry, tag, table_oid);
     // Remember the slot for the next call of this call site.
-    let (index, generation) = resolve(registry, tag);
+    let (index, generation) = resolve(registry, tag, table_oid);
     let site = if site.is_null() {
         let site = pg_sys::MemoryContextAllocZero(flinfo.fn_mcxt, std::mem::size_of::<CallSite>())
             as *mut CallSite;
@@ -279,7 +301,11 @@ pub unsafe extern "C-unwind" fn segment_nextval_fast(
 
 /// `segment_nextval(tag, n)`: `n` IDs of `tag`, increasing.
 #[pg_extern(name = "segment_nextval", volatile, parallel_unsafe)]
-fn segment_nextval_many(tag: Option<&str>, n: Option<i32>) -> SetOfIterator<'static, i64> {
+fn segment_nextval_many(
+    tag: Option<&str>,
+    n: Option<i32>,
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> SetOfIterator<'static, i64> {
     let registry = registry_or_raise();
     check_writable("segment_nextval()");
     let tag = tag.unwrap_or_else(|| {
@@ -298,7 +324,10 @@ fn segment_nextval_many(tag: Option<&str>, n: Option<i32>) -> SetOfIterator<'sta
         IdgenError::BadCount { n }.raise();
     }
     check_tag(tag.as_bytes());
-    let ids: Vec<i64> = (0..n).map(|_| next_id(registry, tag.as_bytes())).collect();
+    let table_oid = current_table_oid(fcinfo);
+    let ids: Vec<i64> = (0..n)
+        .map(|_| next_id(registry, tag.as_bytes(), table_oid))
+        .collect();
     SetOfIterator::new(ids)
 }
 

@@ -26,7 +26,9 @@ cluster_init() {
 # cluster_start DIR: starts it and waits until it accepts connections.
 cluster_start() {
     local dir=$1
-    runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 start >/dev/null \
+    # No Rust backtraces in error DETAILs: clients see PostgreSQL's messages.
+    env -u RUST_BACKTRACE -u RUST_LIB_BACKTRACE \
+        runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 start >/dev/null \
         || { tail -20 "$dir/server.log"; return 1; }
 }
 

@@ -1,0 +1,53 @@
+-- Segment IDs as a user meets them: create a tag, draw IDs, use it as a
+-- column default, read the dashboard.
+\set SHOW_CONTEXT never
+CREATE EXTENSION pg_idgen;
+
+SELECT segment_create('orders', start => 1, step => 1000);
+SELECT biz_tag, max_id, step, version FROM id_segment;
+
+SELECT segment_nextval('orders') AS first_id;
+SELECT segment_nextval('orders') FROM generate_series(1, 3);
+SELECT * FROM segment_nextval('orders', 4);
+SELECT segment_nextval('orders', 0);
+
+-- The worker took the first range in its own committed transaction.
+SELECT biz_tag, max_id >= 1000 AS first_range_taken, version >= 1 AS cas_bumped FROM id_segment;
+
+CREATE TABLE orders (id bigint PRIMARY KEY DEFAULT segment_nextval('orders'), item text);
+INSERT INTO orders (item) VALUES ('apple'), ('pear'), ('plum');
+SELECT id, item FROM orders ORDER BY id;
+
+-- A rolled-back transaction does not give its IDs back.
+BEGIN;
+SELECT segment_nextval('orders') AS drawn_in_aborted_transaction;
+ROLLBACK;
+SELECT segment_nextval('orders') AS after_rollback;
+
+-- The start value is the first ID handed out; the tag is independent of others.
+SELECT segment_create('invoices', start => 5000, step => 10);
+SELECT segment_nextval('invoices') FROM generate_series(1, 12);
+
+SELECT tag, range_first, next_id IS NOT NULL AS has_next, step, refills >= 1 AS refilled,
+       ids_taken, last_error
+  FROM segment_status ORDER BY tag;
+
+-- A plain UPDATE of step takes effect at the next refill.
+UPDATE id_segment SET step = 3 WHERE biz_tag = 'invoices';
+SELECT segment_nextval('invoices') FROM generate_series(1, 25);
+SELECT step FROM segment_status WHERE tag = 'invoices';
+
+-- segment_drop removes the row and the cached ranges.
+SELECT segment_drop('invoices');
+SELECT count(*) FROM id_segment WHERE biz_tag = 'invoices';
+SELECT count(*) FROM segment_status WHERE tag = 'invoices';
+
+-- The last IDs of the bigint range, then the end of the tag.
+SELECT segment_create('almost_done', start => 9223372036854775806, step => 1000);
+SELECT segment_nextval('almost_done');
+SELECT segment_nextval('almost_done');
+SELECT segment_nextval('almost_done');
+\echo :LAST_ERROR_SQLSTATE
+
+-- Leave the database as it was found.
+DROP EXTENSION pg_idgen CASCADE;
