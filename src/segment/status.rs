@@ -20,6 +20,8 @@ fn database_name(oid: u32) -> String {
         .into_owned()
 }
 
+// The row type must be spelled out for pgrx to derive the SQL columns.
+#[allow(clippy::type_complexity)]
 #[pg_extern(name = "segment_status", volatile)]
 fn segment_status_rows() -> TableIterator<
     'static,

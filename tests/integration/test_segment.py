@@ -1,0 +1,293 @@
+"""Segment IDs against a real server: concurrency, rollbacks, open
+transactions, outside allocators, dump and restore, drops, and the errors
+that need more than one session to provoke."""
+
+import subprocess
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import psycopg
+import pytest
+from psycopg import errors
+
+from conftest import assert_increasing, assert_unique, wait_for
+
+
+def draw_batches(cluster, db, tag, batches, size, use_setof=False):
+    """One session drawing `batches * size` IDs, in the order received."""
+    ids = []
+    query = (f"SELECT * FROM segment_nextval(%s, {size})" if use_setof
+             else f"SELECT segment_nextval(%s) FROM generate_series(1, {size})")
+    with cluster.connect(db) as conn:
+        for _ in range(batches):
+            ids.extend(row[0] for row in conn.execute(query, (tag,)))
+    return ids
+
+
+def test_four_sessions_racing_refills_never_share_an_id(cluster, db):
+    # step = 10: every session needs a refill every few IDs, so refills and
+    # range switches race all the time.
+    cluster.sql("SELECT segment_create('race', step => 10)", dbname=db)
+    with ThreadPoolExecutor(4) as pool:
+        sessions = list(pool.map(
+            lambda i: draw_batches(cluster, db, "race", batches=100, size=1000, use_setof=i % 2 == 1),
+            range(4)))
+    for ids in sessions:
+        assert len(ids) == 100_000
+        assert_increasing(ids)
+    every_id = [i for ids in sessions for i in ids]
+    assert_unique(every_id)
+    (max_id, refills), = cluster.sql(
+        "SELECT s.max_id, st.refills FROM id_segment s JOIN segment_status st ON st.tag = s.biz_tag "
+        "WHERE s.biz_tag = 'race'", dbname=db)
+    assert max(every_id) <= max_id, "an ID above max_id was handed out"
+    assert refills >= 400_000 // 10
+
+
+def test_ids_drawn_in_rolled_back_transactions_are_never_reused(cluster, db):
+    cluster.sql("SELECT segment_create('rb', step => 5)", dbname=db)
+    cluster.sql("CREATE TABLE rb (id bigint PRIMARY KEY DEFAULT segment_nextval('rb'))", dbname=db)
+    received = []
+    with cluster.connect(db, autocommit=False) as conn:
+        for round_no in range(60):
+            received += [r[0] for r in conn.execute("INSERT INTO rb DEFAULT VALUES RETURNING id")]
+            received += [r[0] for r in conn.execute("SELECT segment_nextval('rb') FROM generate_series(1, 3)")]
+            conn.rollback() if round_no % 2 else conn.commit()
+    assert len(received) == 240
+    assert_unique(received)
+    assert_increasing(received)
+    # The committed rows are exactly the even rounds' inserts.
+    (committed,), = cluster.sql("SELECT count(*) FROM rb", dbname=db)
+    assert committed == 30
+    # Rolled-back refills? There are none: max_id covers every ID received.
+    (max_id,), = cluster.sql("SELECT max_id FROM id_segment WHERE biz_tag = 'rb'", dbname=db)
+    assert max(received) <= max_id
+
+
+def test_an_open_transaction_holds_no_lock_and_delays_no_one(cluster, db):
+    cluster.sql("SELECT segment_create('open', step => 10)", dbname=db)
+    holder = cluster.connect(db, autocommit=False)
+    try:
+        # Draw across several refills inside a transaction, and keep it open.
+        held = [r[0] for r in holder.execute("SELECT segment_nextval('open') FROM generate_series(1, 95)")]
+        holder_pid = holder.info.backend_pid
+        locks = cluster.sql(
+            "SELECT count(*) FROM pg_locks WHERE pid = %s AND relation = 'id_segment'::regclass",
+            (holder_pid,), dbname=db)
+        assert locks == [(0,)], "the drawing transaction holds a lock on id_segment"
+        with cluster.connect(db) as other:
+            other.execute("SET statement_timeout = '30s'")
+            started = time.monotonic()
+            drawn = [r[0] for r in other.execute("SELECT segment_nextval('open') FROM generate_series(1, 20000)")]
+            elapsed = time.monotonic() - started
+        assert holder.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
+        assert_unique(held + drawn)
+        # 2,000 refills while the other transaction stays open; each one is
+        # a short committed transaction of the worker's, never blocked.
+        assert elapsed < 20, f"20,000 IDs took {elapsed:.1f} s"
+        (failures,), = cluster.sql("SELECT refill_failures FROM segment_status WHERE tag = 'open'", dbname=db)
+        assert failures == 0
+    finally:
+        holder.rollback()
+        holder.close()
+
+
+def outside_allocator(cluster, db, tag, ranges_wanted, granted, stop):
+    """The seeds' CAS protocol, run by an application on the same row."""
+    with cluster.connect(db, autocommit=False) as conn:
+        while len(granted) < ranges_wanted and not stop.is_set():
+            (max_id, step, version), = conn.execute(
+                "SELECT max_id, step, version FROM id_segment WHERE biz_tag = %s", (tag,)).fetchall()
+            cur = conn.execute(
+                "UPDATE id_segment SET max_id = %s, version = version + 1 WHERE biz_tag = %s AND version = %s",
+                (max_id + step, tag, version))
+            won = cur.rowcount == 1
+            conn.commit()
+            if won:
+                granted.append(range(max_id + 1, max_id + step + 1))
+
+
+def test_an_outside_cas_allocator_never_overlaps_the_extension(cluster, db):
+    cluster.sql("SELECT segment_create('shared', step => 50)", dbname=db)
+    granted, stop = [], threading.Event()
+    outside = threading.Thread(target=outside_allocator, args=(cluster, db, "shared", 400, granted, stop))
+    outside.start()
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            sessions = list(pool.map(lambda _: draw_batches(cluster, db, "shared", 50, 1000), range(2)))
+    finally:
+        stop.set()
+        outside.join()
+    assert len(granted) >= 50, "the outside allocator barely ran; the race was not exercised"
+    ours = [i for ids in sessions for i in ids]
+    assert_unique(ours)
+    theirs = {i for r in granted for i in r}
+    overlap = theirs.intersection(ours)
+    assert not overlap, f"{len(overlap)} IDs given to both allocators, e.g. {sorted(overlap)[:5]}"
+
+
+def test_dump_and_restore_continue_above_every_id_drawn_before(cluster, tmp_path):
+    source = cluster.new_database()
+    cluster.sql("SELECT segment_create('orders', step => 100)", dbname=source)
+    cluster.sql("CREATE TABLE orders (id bigint PRIMARY KEY DEFAULT segment_nextval('orders'), n int)",
+                dbname=source)
+    cluster.sql("INSERT INTO orders (n) SELECT g FROM generate_series(1, 250) g", dbname=source)
+    before = draw_batches(cluster, source, "orders", 1, 137)
+    before += [r[0] for r in cluster.sql("SELECT id FROM orders", dbname=source)]
+    dump = tmp_path / "dump.sql"
+    cluster.client("pg_dump", "-d", source, "-f", str(dump))
+    target = cluster.new_database(extension=False)
+    cluster.client("psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", target, "-f", str(dump))
+    (rows,), = cluster.sql("SELECT count(*) FROM orders", dbname=target)
+    assert rows == 250
+    # Rows inserted after the restore carry n > 1000.
+    cluster.sql("INSERT INTO orders (n) SELECT g FROM generate_series(1001, 1500) g", dbname=target)
+    after = draw_batches(cluster, target, "orders", 2, 500)
+    after += [r[0] for r in cluster.sql("SELECT id FROM orders WHERE n > 1000", dbname=target)]
+    assert_unique(after)
+    assert min(after) > max(before), "the restored database handed out an ID drawn before the dump"
+
+
+def test_drop_database_succeeds_right_after_heavy_use(cluster):
+    victim = cluster.new_database()
+    cluster.sql("SELECT segment_create('busy', step => 10)", dbname=victim)
+    with ThreadPoolExecutor(2) as pool:
+        list(pool.map(lambda _: draw_batches(cluster, victim, "busy", 5, 2000), range(2)))
+    workers = cluster.sql(
+        "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_idgen refill worker' AND datname = %s",
+        (victim,))
+    assert workers == [(1,)], "the refill worker should still be there, idle"
+    started = time.monotonic()
+    cluster.sql(f"DROP DATABASE {victim}")
+    assert time.monotonic() - started < 5
+
+
+def test_drop_extension_right_after_use_and_a_fresh_start(cluster, db):
+    cluster.sql("SELECT segment_create('t', step => 1000)", dbname=db)
+    first = draw_batches(cluster, db, "t", 1, 1500)
+    assert first[0] == 1
+    cluster.sql("DROP EXTENSION pg_idgen", dbname=db)
+    cluster.sql("CREATE EXTENSION pg_idgen", dbname=db)
+    cluster.sql("SELECT segment_create('t', start => 1000000, step => 1000)", dbname=db)
+    # Ranges cached from the dropped table are not handed out for the new one.
+    again = draw_batches(cluster, db, "t", 1, 10)
+    assert again == list(range(1000000, 1000010))
+
+
+def test_a_locked_row_ends_in_the_timeout_error_and_work_resumes(cluster, db):
+    cluster.sql("SELECT segment_create('locked', step => 100)", dbname=db)
+    locker = cluster.connect(db, autocommit=False)
+    locker.execute("SELECT * FROM id_segment WHERE biz_tag = 'locked' FOR UPDATE")
+    try:
+        with cluster.connect(db) as conn:
+            conn.execute("SET pg_idgen.refill_timeout = '700ms'")
+            started = time.monotonic()
+            with pytest.raises(errors.LockNotAvailable) as caught:
+                conn.execute("SELECT segment_nextval('locked')")
+            waited = time.monotonic() - started
+            assert 0.6 < waited < 5
+            assert "got no new range within pg_idgen.refill_timeout" in str(caught.value)
+            assert caught.value.diag.message_hint.startswith("Check the server log")
+    finally:
+        locker.rollback()
+        locker.close()
+    assert cluster.sql("SELECT segment_nextval('locked')", dbname=db) == [(1,)]
+
+
+@pytest.mark.parametrize("how", ["cancel", "statement_timeout", "terminate"])
+def test_a_waiting_call_ends_at_once_on_cancel_timeout_or_terminate(cluster, db, how):
+    cluster.sql("SELECT segment_create('w', step => 100)", dbname=db)
+    locker = cluster.connect(db, autocommit=False)
+    locker.execute("SELECT * FROM id_segment WHERE biz_tag = 'w' FOR UPDATE")
+    try:
+        with cluster.connect(db) as conn:
+            conn.execute("SET pg_idgen.refill_timeout = '60s'")
+            if how == "statement_timeout":
+                conn.execute("SET statement_timeout = '400ms'")
+            else:
+                pid = conn.info.backend_pid
+                function = "pg_cancel_backend" if how == "cancel" else "pg_terminate_backend"
+                timer = threading.Timer(0.4, lambda: cluster.sql(f"SELECT {function}(%s)", (pid,)))
+                timer.start()
+            started = time.monotonic()
+            with pytest.raises((errors.QueryCanceled, errors.AdminShutdown, psycopg.OperationalError)):
+                conn.execute("SELECT segment_nextval('w')")
+            assert time.monotonic() - started < 3
+    finally:
+        locker.rollback()
+        locker.close()
+
+
+def test_max_id_moved_backwards_is_refused(cluster, db):
+    cluster.sql("SELECT segment_create('tamper', step => 10)", dbname=db)
+    with cluster.connect(db) as conn:
+        drawn = [conn.execute("SELECT segment_nextval('tamper')").fetchone()[0] for _ in range(25)]
+        conn.execute("UPDATE id_segment SET max_id = 3 WHERE biz_tag = 'tamper'")
+        with pytest.raises(errors.DataException) as caught:
+            for _ in range(100):
+                drawn.append(conn.execute("SELECT segment_nextval('tamper')").fetchone()[0])
+    assert "went backwards" in str(caught.value)
+    assert "UPDATE id_segment SET max_id" in caught.value.diag.message_hint
+    assert_unique(drawn)
+    assert_increasing(drawn)
+
+
+def test_too_many_tags_for_shared_memory(make_cluster):
+    c = make_cluster(conf=["pg_idgen.max_tags = 16"])
+    c.start()
+    c.sql("CREATE EXTENSION pg_idgen")
+    c.sql("SELECT segment_create('t' || g) FROM generate_series(1, 17) g")
+    for g in range(1, 17):
+        c.sql(f"SELECT segment_nextval('t{g}')")
+    with pytest.raises(errors.ConfigurationLimitExceeded) as caught:
+        c.sql("SELECT segment_nextval('t17')")
+    assert "pg_idgen.max_tags = 16" in str(caught.value)
+    assert "Raise pg_idgen.max_tags" in caught.value.diag.message_hint
+    # Dropping a tag frees its slot.
+    c.sql("SELECT segment_drop('t1')")
+    assert c.sql("SELECT segment_nextval('t17')") == [(1,)]
+
+
+def test_without_preloading_every_function_names_the_setting(make_cluster):
+    c = make_cluster(preload=False)
+    c.start()
+    c.sql("CREATE EXTENSION pg_idgen")
+    for call in ["SELECT segment_nextval('x')", "SELECT * FROM segment_nextval('x', 2)",
+                 "SELECT segment_create('x')", "SELECT segment_drop('x')", "SELECT * FROM segment_status"]:
+        with pytest.raises(errors.ObjectNotInPrerequisiteState) as caught:
+            c.sql(call)
+        assert "must be loaded via shared_preload_libraries" in str(caught.value), call
+        assert "shared_preload_libraries" in caught.value.diag.message_hint
+    assert c.sql("SELECT count(*) FROM id_segment") == [(0,)], "segment_create must not have written"
+
+
+def test_a_hot_standby_refuses_to_hand_out_ids(make_cluster):
+    primary = make_cluster()
+    primary.start()
+    primary.sql("CREATE EXTENSION pg_idgen")
+    primary.sql("SELECT segment_create('orders')")
+    assert primary.sql("SELECT segment_nextval('orders')") == [(1,)]
+    standby = make_cluster()
+    subprocess.run(["rm", "-rf", standby.data], check=True)
+    primary.client("pg_basebackup", "-D", standby.data, "-R", "-X", "stream")
+    subprocess.run(["chown", "-R", "postgres:postgres", standby.data], check=True)
+    standby.append_conf(f"unix_socket_directories = '{standby.dir}'", "hot_standby = on")
+    standby.start()
+    assert standby.sql("SELECT pg_is_in_recovery()") == [(True,)]
+    with pytest.raises(errors.ReadOnlySqlTransaction) as caught:
+        standby.sql("SELECT segment_nextval('orders')")
+    assert "cannot execute segment_nextval() in a read-only transaction" in str(caught.value)
+
+
+def test_the_worker_leaves_when_idle_and_comes_back_on_demand(make_cluster):
+    c = make_cluster(conf=["pg_idgen.worker_idle_timeout = '1s'"])
+    c.start()
+    c.sql("CREATE EXTENSION pg_idgen")
+    c.sql("SELECT segment_create('idle', step => 10)")
+    worker_count = "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_idgen refill worker'"
+    assert c.sql("SELECT count(segment_nextval('idle')) FROM generate_series(1, 100)") == [(100,)]
+    assert c.sql(worker_count) == [(1,)]
+    assert wait_for(lambda: c.sql(worker_count) == [(0,)], timeout=10), "the idle worker did not leave"
+    assert c.sql("SELECT count(segment_nextval('idle')) FROM generate_series(1, 100)") == [(100,)]
+    assert "pg_idgen" not in "".join(line for line in c.log().splitlines() if "ERROR" in line)
