@@ -52,6 +52,34 @@ pub enum IdgenError {
         tag: String,
         waited_ms: i64,
     },
+    BadSetting {
+        name: &'static str,
+        value: String,
+        problem: String,
+        hint: String,
+    },
+    SnowflakeClockBehind {
+        lead_ms: i64,
+        waited_ms: i64,
+    },
+    SnowflakeNotPersisted {
+        waited_ms: i64,
+    },
+    SnowflakeExhausted,
+    SnowflakeMachineTooLarge {
+        machine: i64,
+        machine_bits: u32,
+    },
+    BadSnowflakeId {
+        id: i64,
+        problem: String,
+    },
+    BadSnowflakeText {
+        text: String,
+    },
+    TimestampOutOfRange {
+        problem: String,
+    },
     /// Something that cannot happen did; `context` says where.
     Internal {
         context: &'static str,
@@ -144,6 +172,14 @@ impl IdgenError {
             IdgenError::TooManyTags { .. } => ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
             IdgenError::WorkerNotStarted { .. } => ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
             IdgenError::RefillTimeout { .. } => ERRCODE_LOCK_NOT_AVAILABLE,
+            IdgenError::BadSetting { .. } => ERRCODE_INVALID_PARAMETER_VALUE,
+            IdgenError::SnowflakeClockBehind { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            IdgenError::SnowflakeNotPersisted { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            IdgenError::SnowflakeExhausted => ERRCODE_SEQUENCE_GENERATOR_LIMIT_EXCEEDED,
+            IdgenError::SnowflakeMachineTooLarge { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            IdgenError::BadSnowflakeId { .. } => ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE,
+            IdgenError::BadSnowflakeText { .. } => ERRCODE_INVALID_TEXT_REPRESENTATION,
+            IdgenError::TimestampOutOfRange { .. } => ERRCODE_DATETIME_FIELD_OVERFLOW,
             IdgenError::Internal { .. } => ERRCODE_INTERNAL_ERROR,
             IdgenError::RefillFailed { sqlstate, .. } => PgSqlErrorCode::from(*sqlstate),
         }
@@ -179,6 +215,26 @@ impl IdgenError {
             IdgenError::RefillTimeout { tag, waited_ms } => format!(
                 "segment tag \"{tag}\" got no new range within pg_idgen.refill_timeout ({waited_ms} ms)"
             ),
+            IdgenError::BadSetting { name, value, problem, .. } => {
+                format!("invalid value for parameter \"{name}\": \"{value}\": {problem}")
+            }
+            IdgenError::SnowflakeClockBehind { lead_ms, waited_ms } => format!(
+                "snowflake time is {lead_ms} ms ahead of the wall clock, more than pg_idgen.snowflake_max_lead, after waiting {waited_ms} ms"
+            ),
+            IdgenError::SnowflakeNotPersisted { waited_ms } => format!(
+                "the snowflake high-water mark was not written to disk within {waited_ms} ms"
+            ),
+            IdgenError::SnowflakeExhausted => {
+                "snowflake time is used up: the layout's time bits end before now".into()
+            }
+            IdgenError::SnowflakeMachineTooLarge { machine, machine_bits } => format!(
+                "pg_idgen.machine_id = {machine} does not fit the JavaScript-safe layout's {machine_bits} machine bits"
+            ),
+            IdgenError::BadSnowflakeId { id, problem } => format!("{id} is not a snowflake ID: {problem}"),
+            IdgenError::BadSnowflakeText { text } => {
+                format!("invalid input syntax for a snowflake ID: \"{text}\"")
+            }
+            IdgenError::TimestampOutOfRange { problem } => format!("timestamp out of range for snowflake IDs: {problem}"),
             IdgenError::Internal { context, message } => format!("{context}: {message}"),
             IdgenError::RefillFailed { message, .. } => message.clone(),
         }
@@ -213,6 +269,14 @@ impl IdgenError {
                 "Raise max_worker_processes in postgresql.conf and restart the server.".into()
             }
             IdgenError::RefillTimeout { .. } => "Check the server log and segment_status for the refill worker's errors, and whether a session holds a lock on the id_segment row; raise pg_idgen.refill_timeout if refills are just slow.".into(),
+            IdgenError::BadSetting { hint, .. } => hint.clone(),
+            IdgenError::SnowflakeClockBehind { .. } => "The clock stepped back (or IDs were asked for faster than the layout allows). Wait for it to catch up, fix the time source, or raise pg_idgen.snowflake_max_lead or pg_idgen.snowflake_max_wait.".into(),
+            IdgenError::SnowflakeNotPersisted { .. } => "Check the server log for the pg_idgen snowflake worker: it must be able to write pg_idgen_snowflake.state in the data directory.".into(),
+            IdgenError::SnowflakeExhausted => "Use a later pg_idgen.snowflake_epoch or more pg_idgen.snowflake_time_bits for new IDs.".into(),
+            IdgenError::SnowflakeMachineTooLarge { .. } => "Give servers that hand out JavaScript-safe IDs machine ids 0 to 15.".into(),
+            IdgenError::BadSnowflakeId { .. } => "Pass an ID made by snowflake_nextval() on a server with the same layout settings.".into(),
+            IdgenError::BadSnowflakeText { .. } => "Use the form yyyyMMddHHmmssSSS-machine-sequence in UTC, as snowflake_format() writes it, e.g. 20250623131730192-1-0.".into(),
+            IdgenError::TimestampOutOfRange { .. } => "Pass a finite timestamp between pg_idgen.snowflake_epoch and the end of the layout's time bits.".into(),
             IdgenError::Internal { .. } => "This is a bug in pg_idgen; please report it with the server log.".into(),
             IdgenError::RefillFailed { hint, .. } => hint.clone(),
         }

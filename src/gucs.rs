@@ -5,6 +5,7 @@
 //! where the context allows it. The README's settings table mirrors this file.
 
 use pgrx::guc::{GucContext, GucFlags, GucRegistry, GucSetting};
+use std::ffi::CString;
 
 /// How many (database, tag) pairs shared memory holds.
 pub static MAX_TAGS: GucSetting<i32> = GucSetting::<i32>::new(1024);
@@ -58,5 +59,89 @@ pub fn register() {
         86_400,
         GucContext::Sighup,
         GucFlags::UNIT_S,
+    );
+}
+
+/// This server's snowflake machine id: a number, or `hostname`.
+pub static MACHINE_ID: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(Some(c"0"));
+
+/// The snowflake epoch, UTC.
+pub static SNOWFLAKE_EPOCH: GucSetting<Option<CString>> =
+    GucSetting::<Option<CString>>::new(Some(c"2025-01-01 00:00:00+00"));
+
+pub static SNOWFLAKE_TIME_BITS: GucSetting<i32> = GucSetting::<i32>::new(41);
+pub static SNOWFLAKE_MACHINE_BITS: GucSetting<i32> = GucSetting::<i32>::new(10);
+pub static SNOWFLAKE_SEQUENCE_BITS: GucSetting<i32> = GucSetting::<i32>::new(12);
+
+/// How far snowflake time may run ahead of the wall clock, in ms.
+pub static SNOWFLAKE_MAX_LEAD_MS: GucSetting<i32> = GucSetting::<i32>::new(5_000);
+
+/// How long a snowflake call waits for the clock before it fails, in ms.
+pub static SNOWFLAKE_MAX_WAIT_MS: GucSetting<i32> = GucSetting::<i32>::new(10_000);
+
+pub fn register_snowflake() {
+    GucRegistry::define_string_guc(
+        c"pg_idgen.machine_id",
+        c"Machine id in snowflake IDs: a number, or 'hostname' for the trailing number of the host name.",
+        c"Every server handing out snowflake IDs must have its own. 'hostname' suits Kubernetes StatefulSets: pod pg-3 gets 3.",
+        &MACHINE_ID,
+        GucContext::Postmaster,
+        GucFlags::default(),
+    );
+    GucRegistry::define_string_guc(
+        c"pg_idgen.snowflake_epoch",
+        c"Start of snowflake time, in UTC (YYYY-MM-DD HH:MM:SS+00).",
+        c"Snowflake IDs count milliseconds from this moment; changing it changes the meaning of every ID already issued.",
+        &SNOWFLAKE_EPOCH,
+        GucContext::Postmaster,
+        GucFlags::default(),
+    );
+    for (name, short, setting) in [
+        (
+            c"pg_idgen.snowflake_time_bits",
+            c"Bits of milliseconds in a snowflake ID.",
+            &SNOWFLAKE_TIME_BITS,
+        ),
+        (
+            c"pg_idgen.snowflake_machine_bits",
+            c"Bits of machine id in a snowflake ID.",
+            &SNOWFLAKE_MACHINE_BITS,
+        ),
+        (
+            c"pg_idgen.snowflake_sequence_bits",
+            c"Bits of sequence in a snowflake ID.",
+            &SNOWFLAKE_SEQUENCE_BITS,
+        ),
+    ] {
+        GucRegistry::define_int_guc(
+            name,
+            short,
+            c"The time, machine and sequence bits must add up to 63; checked at server start.",
+            setting,
+            0,
+            63,
+            GucContext::Postmaster,
+            GucFlags::default(),
+        );
+    }
+    GucRegistry::define_int_guc(
+        c"pg_idgen.snowflake_max_lead",
+        c"How far snowflake time may run ahead of the wall clock before calls wait for it.",
+        c"Time runs ahead when the clock steps back or more IDs are asked for in a millisecond than the sequence holds.",
+        &SNOWFLAKE_MAX_LEAD_MS,
+        0,
+        i32::MAX,
+        GucContext::Sighup,
+        GucFlags::UNIT_MS,
+    );
+    GucRegistry::define_int_guc(
+        c"pg_idgen.snowflake_max_wait",
+        c"How long snowflake_nextval() waits for the clock before it raises an error.",
+        c"The wait also ends at once on cancel, terminate or statement_timeout.",
+        &SNOWFLAKE_MAX_WAIT_MS,
+        0,
+        3_600_000,
+        GucContext::Userset,
+        GucFlags::UNIT_MS,
     );
 }

@@ -3,7 +3,7 @@
 //! This file only wires things together: the module magic, `_PG_init`
 //! (settings, shared-memory hooks), the extension's hand-written SQL and
 //! the `pg_test` module `cargo pgrx test` needs. See `segment` for segment
-//! IDs.
+//! IDs and `snowflake` for snowflake IDs.
 
 use pgrx::prelude::*;
 
@@ -11,6 +11,7 @@ pub mod errors;
 pub mod gucs;
 pub mod segment;
 mod shmem;
+pub mod snowflake;
 
 ::pgrx::pg_module_magic!(name, version);
 
@@ -27,9 +28,13 @@ pub extern "C-unwind" fn _PG_init() {
         return;
     }
     gucs::register();
+    gucs::register_snowflake();
     // SAFETY: called once from _PG_init with a static C string.
     unsafe { pg_sys::MarkGUCPrefixReserved(c"pg_idgen".as_ptr()) };
+    // A bad snowflake setting raises here, which stops the server start.
+    snowflake::shared::load_config();
     shmem::install_hooks();
+    snowflake::shared::register_keeper();
 }
 
 #[cfg(any(test, feature = "pg_test"))]

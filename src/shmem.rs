@@ -5,11 +5,13 @@
 
 use crate::gucs;
 use crate::segment::registry;
+use crate::snowflake::shared as snowflake;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
 const TRANCHE: &std::ffi::CStr = c"pg_idgen";
 const SEGMENT_REGISTRY: &std::ffi::CStr = c"pg_idgen segment registry";
+const SNOWFLAKE_STATE: &std::ffi::CStr = c"pg_idgen snowflake state";
 
 static mut PREV_SHMEM_REQUEST_HOOK: pg_sys::shmem_request_hook_type = None;
 static mut PREV_SHMEM_STARTUP_HOOK: pg_sys::shmem_startup_hook_type = None;
@@ -39,6 +41,7 @@ unsafe extern "C-unwind" fn shmem_request() {
             prev();
         }
         pg_sys::RequestAddinShmemSpace(registry::shmem_size(max_tags()));
+        pg_sys::RequestAddinShmemSpace(snowflake::shmem_size());
         pg_sys::RequestNamedLWLockTranche(TRANCHE.as_ptr(), 1);
     }
 }
@@ -59,6 +62,13 @@ unsafe extern "C-unwind" fn shmem_startup() {
         let base = pg_sys::ShmemInitStruct(SEGMENT_REGISTRY.as_ptr(), size, &mut found) as *mut u8;
         let lock = &raw mut (*pg_sys::GetNamedLWLockTranche(TRANCHE.as_ptr())).lock;
         registry::attach(base, found, max_tags(), lock);
+        let mut found = false;
+        let base = pg_sys::ShmemInitStruct(
+            SNOWFLAKE_STATE.as_ptr(),
+            snowflake::shmem_size(),
+            &mut found,
+        ) as *mut u8;
+        snowflake::attach(base, found);
         pg_sys::LWLockRelease(init_lock);
     }
 }

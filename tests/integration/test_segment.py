@@ -254,7 +254,10 @@ def test_without_preloading_every_function_names_the_setting(make_cluster):
     c.start()
     c.sql("CREATE EXTENSION pg_idgen")
     for call in ["SELECT segment_nextval('x')", "SELECT * FROM segment_nextval('x', 2)",
-                 "SELECT segment_create('x')", "SELECT segment_drop('x')", "SELECT * FROM segment_status"]:
+                 "SELECT segment_create('x')", "SELECT segment_drop('x')", "SELECT * FROM segment_status",
+                 "SELECT snowflake_nextval()", "SELECT snowflake_js_nextval()", "SELECT * FROM snowflake_parse(1)",
+                 "SELECT snowflake_format(1)", "SELECT snowflake_from_timestamp(now())",
+                 "SELECT * FROM snowflake_status"]:
         with pytest.raises(errors.ObjectNotInPrerequisiteState) as caught:
             c.sql(call)
         assert "must be loaded via shared_preload_libraries" in str(caught.value), call
@@ -263,6 +266,7 @@ def test_without_preloading_every_function_names_the_setting(make_cluster):
 
 
 def test_a_hot_standby_refuses_to_hand_out_ids(make_cluster):
+    """Both generators refuse on a hot standby (made with pg_basebackup)."""
     primary = make_cluster()
     primary.start()
     primary.sql("CREATE EXTENSION pg_idgen")
@@ -278,6 +282,11 @@ def test_a_hot_standby_refuses_to_hand_out_ids(make_cluster):
     with pytest.raises(errors.ReadOnlySqlTransaction) as caught:
         standby.sql("SELECT segment_nextval('orders')")
     assert "cannot execute segment_nextval() in a read-only transaction" in str(caught.value)
+    # A standby shares the primary's machine id: it must not hand out
+    # snowflake IDs either.
+    with pytest.raises(errors.ReadOnlySqlTransaction) as caught:
+        standby.sql("SELECT snowflake_nextval()")
+    assert "cannot execute snowflake_nextval() during recovery" in str(caught.value)
 
 
 def test_the_worker_leaves_when_idle_and_comes_back_on_demand(make_cluster):

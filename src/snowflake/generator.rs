@@ -1,0 +1,501 @@
+//! The snowflake generator: one per cluster, shared by every backend, lock
+//! free. Pure: the caller passes in the wall clock, so tests drive it with
+//! a fake one.
+//!
+//! # Protocol
+//!
+//! * `last` holds the last ID issued with its machine bits cleared, i.e.
+//!   `(time << (machine_bits + sequence_bits)) | sequence`. A call reads
+//!   it, works out the next `(time, sequence)` and installs it with a
+//!   compare-and-swap; the winner owns that ID. IDs therefore strictly
+//!   increase across the whole cluster, in CAS order.
+//! * The next time is the wall clock if it is ahead of `last`; otherwise
+//!   the logical clock carries on from `last` (next sequence, or the next
+//!   millisecond when the sequence is used up). So a clock that steps back
+//!   never makes an ID repeat or go backwards.
+//! * Time may run ahead of the wall clock by at most `max_lead`; beyond
+//!   that the call is refused (`Refusal::TooFarAhead`) and the caller waits
+//!   for the wall clock.
+//! * Reading the exact clock is the largest cost of a call, so while the
+//!   logical clock is ahead of the wall clock (a burst beyond the layout's
+//!   rate) a cheap coarse reading suffices: if even its latest possible
+//!   time is behind `last`, the next sequence of `last` is the answer, and
+//!   an ID's time is still never behind the wall clock when it is issued.
+//! * No ID is issued with a time above `persisted_limit`, which a
+//!   background worker raises only after writing it durably to disk. After
+//!   a crash, the generator restarts above the persisted mark, so it never
+//!   repeats a time of the previous run, whatever the clock says.
+
+use super::layout::{Layout, Parts};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+
+/// The wall clock as the generator reads it; tests pass fake ones.
+pub trait WallClock {
+    /// Milliseconds since the Unix epoch, exact.
+    fn now_ms(&self) -> i64;
+    /// A cheaper reading: `(earliest, latest)` milliseconds the exact time
+    /// is known to lie within, if the clock offers one.
+    fn bounds_ms(&self) -> Option<(i64, i64)>;
+}
+
+#[derive(Debug, Default)]
+#[repr(C)]
+pub struct GeneratorStats {
+    pub issued: AtomicU64,
+    /// Calls that found the wall clock more than 1 ms behind the latest
+    /// wall time seen: the clock stepped back.
+    pub clock_backwards: AtomicU64,
+    /// Calls refused because the logical clock was too far ahead, or the
+    /// next time was not persisted yet: each one waited.
+    pub lead_waits: AtomicU64,
+    pub persist_waits: AtomicU64,
+}
+
+#[repr(C)]
+pub struct Generator {
+    layout: Layout,
+    machine: i64,
+    last: AtomicU64,
+    persisted_limit: AtomicI64,
+    wall_high: AtomicI64,
+    /// Padding keeps the counters off the hot cache line of `last`.
+    _pad: [u64; 8],
+    pub stats: GeneratorStats,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Issued {
+    pub id: i64,
+    /// How far the ID's time is ahead of the wall clock, in ms.
+    pub lead_ms: i64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// The next time would be more than `max_lead` ahead of the wall clock.
+    TooFarAhead { lead_ms: i64 },
+    /// The next time is not yet persisted; wake the worker and wait.
+    NotPersisted,
+    /// The layout's time bits are used up.
+    Exhausted,
+}
+
+impl Generator {
+    /// A generator that will only issue times above `restart_above` (the
+    /// persisted high-water mark of a previous run, in ms since the
+    /// layout's epoch, or `None` on a first start), and none until the
+    /// worker has persisted a limit.
+    pub fn new(layout: Layout, machine: i64, restart_above: Option<i64>) -> Generator {
+        let start = restart_above.map_or(0, |mark| {
+            layout.compose(Parts {
+                time_ms: mark.max(0),
+                machine: 0,
+                sequence: layout.max_sequence(),
+            })
+        });
+        Generator {
+            layout,
+            machine,
+            last: AtomicU64::new(start as u64),
+            persisted_limit: AtomicI64::new(restart_above.unwrap_or(-1)),
+            wall_high: AtomicI64::new(i64::MIN),
+            _pad: [0; 8],
+            stats: GeneratorStats::default(),
+        }
+    }
+
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    pub fn machine(&self) -> i64 {
+        self.machine
+    }
+
+    #[inline]
+    fn split(&self, packed: u64) -> (i64, i64) {
+        let shift = self.layout.machine_bits + self.layout.sequence_bits;
+        (
+            (packed >> shift) as i64,
+            packed as i64 & self.layout.max_sequence(),
+        )
+    }
+
+    /// Issues the next ID.
+    #[inline]
+    pub fn next(&self, clock: &impl WallClock, max_lead_ms: i64) -> Result<Issued, Refusal> {
+        if let Some((earliest, latest)) = clock.bounds_ms() {
+            let (earliest, latest) = (
+                earliest - self.layout.epoch_ms,
+                latest - self.layout.epoch_ms,
+            );
+            let current = self.last.load(Ordering::Acquire);
+            let (time, sequence) = self.split(current);
+            // `time` was issued already, so it is persisted; the wall clock
+            // cannot have reached it; the lead is at most `time - earliest`.
+            if time >= latest
+                && sequence < self.layout.max_sequence()
+                && time - earliest <= max_lead_ms
+            {
+                let packed = current + 1;
+                if self
+                    .last
+                    .compare_exchange(current, packed, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+                {
+                    return Ok(self.issue(packed, time - earliest));
+                }
+            }
+        }
+        self.next_exact(clock.now_ms(), max_lead_ms)
+    }
+
+    fn issue(&self, packed: u64, lead_ms: i64) -> Issued {
+        self.stats.issued.fetch_add(1, Ordering::Relaxed);
+        Issued {
+            id: packed as i64 | (self.machine << self.layout.sequence_bits),
+            lead_ms,
+        }
+    }
+
+    /// Issues the next ID, given the exact wall clock in ms since the Unix
+    /// epoch.
+    pub fn next_exact(&self, now_unix_ms: i64, max_lead_ms: i64) -> Result<Issued, Refusal> {
+        let now = now_unix_ms - self.layout.epoch_ms;
+        let wall_high = self.wall_high.load(Ordering::Relaxed);
+        if now > wall_high {
+            self.wall_high.fetch_max(now, Ordering::Relaxed);
+        } else if now + 1 < wall_high {
+            self.stats.clock_backwards.fetch_add(1, Ordering::Relaxed);
+        }
+        let max_sequence = self.layout.max_sequence();
+        let mut current = self.last.load(Ordering::Acquire);
+        loop {
+            let (time, sequence) = self.split(current);
+            let (next_time, next_sequence) = if now > time {
+                (now, 0)
+            } else if sequence < max_sequence {
+                (time, sequence + 1)
+            } else {
+                (time + 1, 0)
+            };
+            if next_time > self.layout.max_time_ms() {
+                return Err(Refusal::Exhausted);
+            }
+            let lead_ms = next_time - now;
+            if lead_ms > max_lead_ms {
+                self.stats.lead_waits.fetch_add(1, Ordering::Relaxed);
+                return Err(Refusal::TooFarAhead { lead_ms });
+            }
+            if next_time > self.persisted_limit.load(Ordering::Acquire) {
+                self.stats.persist_waits.fetch_add(1, Ordering::Relaxed);
+                return Err(Refusal::NotPersisted);
+            }
+            let packed = self.layout.compose(Parts {
+                time_ms: next_time,
+                machine: 0,
+                sequence: next_sequence,
+            }) as u64;
+            match self.last.compare_exchange_weak(
+                current,
+                packed,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return Ok(self.issue(packed, lead_ms)),
+                Err(now_last) => current = now_last,
+            }
+        }
+    }
+
+    /// Time (ms since epoch) of the last ID issued.
+    pub fn last_time(&self) -> i64 {
+        self.split(self.last.load(Ordering::Acquire)).0
+    }
+
+    pub fn persisted_limit(&self) -> i64 {
+        self.persisted_limit.load(Ordering::Acquire)
+    }
+
+    /// The mark the worker should persist now, if the persisted one is
+    /// closer than half a `window` ahead of the clocks: `window` ahead of
+    /// the later of the wall clock and the last time issued.
+    pub fn mark_to_persist(&self, now_unix_ms: i64, window_ms: i64) -> Option<i64> {
+        let base = (now_unix_ms - self.layout.epoch_ms).max(self.last_time());
+        let limit = self.persisted_limit();
+        (limit - base < window_ms / 2)
+            .then_some(base + window_ms)
+            .map(|mark| mark.min(self.layout.max_time_ms()))
+    }
+
+    /// Called once `mark` is durably on disk: times up to it may be issued.
+    pub fn persisted(&self, mark: i64) {
+        self.persisted_limit.fetch_max(mark, Ordering::AcqRel);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::snowflake::layout::DEFAULT_EPOCH_MS;
+    use std::collections::HashSet;
+    use std::sync::Arc;
+
+    const E: i64 = DEFAULT_EPOCH_MS;
+
+    fn layout() -> Layout {
+        Layout::new(E, 41, 10, 12, 63).unwrap()
+    }
+
+    fn ready(machine: i64) -> Generator {
+        let g = Generator::new(layout(), machine, None);
+        g.persisted(i64::MAX / 4);
+        g
+    }
+
+    fn parts(g: &Generator, id: i64) -> Parts {
+        g.layout().decompose(id).unwrap()
+    }
+
+    #[test]
+    fn ids_carry_time_machine_and_sequence() {
+        let g = ready(5);
+        let a = g.next_exact(E + 1000, 0).unwrap();
+        let b = g.next_exact(E + 1000, 0).unwrap();
+        let c = g.next_exact(E + 1001, 0).unwrap();
+        assert_eq!(
+            parts(&g, a.id),
+            Parts {
+                time_ms: 1000,
+                machine: 5,
+                sequence: 0
+            }
+        );
+        assert_eq!(
+            parts(&g, b.id),
+            Parts {
+                time_ms: 1000,
+                machine: 5,
+                sequence: 1
+            }
+        );
+        assert_eq!(
+            parts(&g, c.id),
+            Parts {
+                time_ms: 1001,
+                machine: 5,
+                sequence: 0
+            }
+        );
+    }
+
+    #[test]
+    fn a_full_millisecond_borrows_the_next_within_the_lead() {
+        let g = ready(0);
+        let mut last = 0;
+        for _ in 0..4096 {
+            last = g.next_exact(E + 50, 10).unwrap().id;
+        }
+        assert_eq!(parts(&g, last).sequence, 4095);
+        let borrowed = g.next_exact(E + 50, 10).unwrap();
+        assert_eq!(
+            parts(&g, borrowed.id),
+            Parts {
+                time_ms: 51,
+                machine: 0,
+                sequence: 0
+            }
+        );
+        assert_eq!(borrowed.lead_ms, 1);
+        // With no lead allowed, the 4097th ID of a millisecond must wait.
+        let strict = ready(0);
+        for _ in 0..4096 {
+            strict.next_exact(E + 50, 0).unwrap();
+        }
+        assert_eq!(
+            strict.next_exact(E + 50, 0),
+            Err(Refusal::TooFarAhead { lead_ms: 1 })
+        );
+        assert_eq!(strict.stats.lead_waits.load(Ordering::Relaxed), 1);
+        assert!(strict.next_exact(E + 51, 0).is_ok());
+    }
+
+    #[test]
+    fn a_clock_stepping_back_never_repeats_or_goes_backwards() {
+        let g = ready(1);
+        let before = g.next_exact(E + 10_000, 1000).unwrap().id;
+        // The clock jumps 500 ms back: IDs carry on from the last time.
+        let after = g.next_exact(E + 9_500, 1000).unwrap();
+        assert!(after.id > before);
+        assert_eq!(parts(&g, after.id).time_ms, 10_000);
+        assert_eq!(after.lead_ms, 500);
+        assert_eq!(g.stats.clock_backwards.load(Ordering::Relaxed), 1);
+        // 10 s back is beyond a 1 s lead: refused until the clock catches up.
+        assert_eq!(
+            g.next_exact(E, 1000),
+            Err(Refusal::TooFarAhead { lead_ms: 10_000 })
+        );
+        assert!(g.next_exact(E + 9_000, 1000).unwrap().id > after.id);
+    }
+
+    #[test]
+    fn nothing_is_issued_beyond_the_persisted_limit() {
+        let g = Generator::new(layout(), 0, None);
+        assert_eq!(g.next_exact(E + 100, 1000), Err(Refusal::NotPersisted));
+        assert_eq!(g.mark_to_persist(E + 100, 2000), Some(2100));
+        g.persisted(2100);
+        assert!(g.next_exact(E + 100, 1000).is_ok());
+        assert!(g.next_exact(E + 2100, 1000).is_ok());
+        assert_eq!(g.next_exact(E + 2101, 1000), Err(Refusal::NotPersisted));
+        assert_eq!(
+            g.mark_to_persist(E + 1000, 2000),
+            Some(4100),
+            "last time issued (2100) is the base"
+        );
+        assert_eq!(g.mark_to_persist(E - 5000, 20_000), Some(22_100));
+    }
+
+    #[test]
+    fn the_worker_persists_only_when_the_margin_runs_low() {
+        let g = Generator::new(layout(), 0, None);
+        g.persisted(3000);
+        assert_eq!(g.mark_to_persist(E + 1500, 2000), None);
+        assert_eq!(g.mark_to_persist(E + 2001, 2000), Some(4001));
+        g.persisted(1000);
+        assert_eq!(g.persisted_limit(), 3000, "the limit never moves back");
+    }
+
+    #[test]
+    fn a_restart_issues_only_times_above_the_persisted_mark_even_with_the_clock_back() {
+        let first = ready(3);
+        let mut last = 0;
+        for ms in 0..50 {
+            last = first.next_exact(E + 3_600_000 + ms, 10).unwrap().id;
+        }
+        // What the keeper had persisted: a mark ahead of the last time.
+        let mark = first.last_time() + 2000;
+        // The server restarts with the clock an hour back.
+        let second = Generator::new(layout(), 3, Some(mark));
+        assert_eq!(
+            second.next_exact(E + 49, i64::MAX),
+            Err(Refusal::NotPersisted)
+        );
+        second.persisted(second.mark_to_persist(E + 49, 2000).unwrap());
+        let next = second.next_exact(E + 49, i64::MAX).unwrap();
+        assert!(next.id > last);
+        assert_eq!(parts(&second, next.id).time_ms, mark + 1);
+        // With a bounded lead it refuses instead of waiting an hour.
+        let third = Generator::new(layout(), 3, Some(mark));
+        third.persisted(mark + 10);
+        assert!(matches!(
+            third.next_exact(E + 49, 10_000),
+            Err(Refusal::TooFarAhead { .. })
+        ));
+    }
+
+    /// A fake clock: exact time, and optionally a coarse window around it.
+    struct FakeClock {
+        exact: i64,
+        coarse: Option<(i64, i64)>,
+        exact_reads: std::cell::Cell<u32>,
+    }
+
+    impl WallClock for FakeClock {
+        fn now_ms(&self) -> i64 {
+            self.exact_reads.set(self.exact_reads.get() + 1);
+            self.exact
+        }
+        fn bounds_ms(&self) -> Option<(i64, i64)> {
+            self.coarse
+        }
+    }
+
+    #[test]
+    fn a_coarse_clock_reading_suffices_only_while_time_runs_ahead() {
+        let g = ready(0);
+        let clock = |exact: i64, coarse: Option<(i64, i64)>| FakeClock {
+            exact,
+            coarse,
+            exact_reads: Default::default(),
+        };
+        // Not ahead: the exact clock is read.
+        let c = clock(E + 100, Some((E + 96, E + 104)));
+        let first = g.next(&c, 1000).unwrap();
+        assert_eq!(c.exact_reads.get(), 1);
+        assert_eq!(parts(&g, first.id).time_ms, 100);
+        // Push the logical clock ahead with a full millisecond's sequence.
+        for _ in 0..8 * 4096 {
+            g.next_exact(E + 100, 1000).unwrap();
+        }
+        assert_eq!(g.last_time(), 108);
+        // Ahead of even the latest possible time: no exact read needed, and
+        // the ID's time is not behind the wall clock.
+        let c = clock(E + 101, Some((E + 100, E + 105)));
+        let fast = g.next(&c, 1000).unwrap();
+        assert_eq!(c.exact_reads.get(), 0);
+        assert_eq!(parts(&g, fast.id).time_ms, 108);
+        assert_eq!(fast.lead_ms, 8);
+        // The latest possible time reaches `last`: exact read again.
+        let c = clock(E + 109, Some((E + 105, E + 110)));
+        let exact = g.next(&c, 1000).unwrap();
+        assert_eq!(c.exact_reads.get(), 1);
+        assert_eq!(parts(&g, exact.id).time_ms, 109);
+        // A lead beyond the bound is never granted on a coarse reading: the
+        // exact clock decides, and here refuses.
+        let c = clock(E + 55, Some((E + 50, E + 60)));
+        assert_eq!(g.next(&c, 20), Err(Refusal::TooFarAhead { lead_ms: 54 }));
+        assert_eq!(c.exact_reads.get(), 1);
+    }
+
+    #[test]
+    fn the_end_of_the_time_bits_is_refused() {
+        let g = ready(0);
+        let end = E + g.layout().max_time_ms();
+        g.persisted(g.layout().max_time_ms());
+        assert!(g.next_exact(end, 0).is_ok());
+        assert_eq!(g.next_exact(end + 1, 10), Err(Refusal::Exhausted));
+    }
+
+    #[test]
+    fn threads_get_distinct_ids_that_each_strictly_increase() {
+        const THREADS: usize = 4;
+        const PER_THREAD: usize = 250_000;
+        let g = Arc::new(ready(9));
+        let workers: Vec<_> = (0..THREADS)
+            .map(|_| {
+                let g = g.clone();
+                std::thread::spawn(move || {
+                    let mut ids = Vec::with_capacity(PER_THREAD);
+                    let start = std::time::Instant::now();
+                    while ids.len() < PER_THREAD {
+                        // A coarse fake clock: many IDs share a millisecond,
+                        // so sequences run out and time is borrowed.
+                        let now = E + start.elapsed().as_millis() as i64 / 4;
+                        match g.next_exact(now, i64::MAX / 8) {
+                            Ok(issued) => ids.push(issued.id),
+                            Err(e) => panic!("{e:?}"),
+                        }
+                    }
+                    ids
+                })
+            })
+            .collect();
+        let mut all = HashSet::new();
+        for w in workers {
+            let ids = w.join().unwrap();
+            assert!(
+                ids.windows(2).all(|p| p[0] < p[1]),
+                "a thread's IDs went backwards"
+            );
+            for id in ids {
+                assert_eq!(g.layout().decompose(id).unwrap().machine, 9);
+                assert!(all.insert(id), "{id} issued twice");
+            }
+        }
+        assert_eq!(all.len(), THREADS * PER_THREAD);
+        assert_eq!(
+            g.stats.issued.load(Ordering::Relaxed),
+            (THREADS * PER_THREAD) as u64
+        );
+    }
+}

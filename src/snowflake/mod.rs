@@ -1,0 +1,16 @@
+//! Snowflake IDs: time-ordered 64-bit IDs (ms | machine | sequence), one
+//! lock-free generator per cluster, safe when the clock steps back or the
+//! server restarts.
+//!
+//! * `layout`: bit layout, friendly text form, epoch and machine-id
+//!   settings (pure).
+//! * `generator`: the clock state machine (pure).
+//! * `shared`: the state in shared memory, the state file, the keeper
+//!   worker that persists the high-water mark.
+//! * `sql`, `status`: the SQL functions and the status view.
+
+pub mod generator;
+pub mod layout;
+pub mod shared;
+pub mod sql;
+pub mod status;

@@ -1,0 +1,182 @@
+//! The SQL functions of snowflake IDs: the generators and the helpers that
+//! take IDs apart, format them and bound them by time. All of them need the
+//! preloaded library (the layout comes from the server's settings).
+
+use super::generator::Generator;
+use super::layout::{Layout, LayoutError, UnixMs};
+use super::shared::{snowflake, Snowflake};
+use crate::errors::IdgenError;
+use pgrx::datum::TimestampWithTimeZone;
+use pgrx::prelude::*;
+use std::sync::atomic::Ordering;
+
+/// Microseconds from the Unix epoch to PostgreSQL's (2000-01-01).
+const PG_EPOCH_UNIX_MICROS: i64 = 946_684_800_000_000;
+
+pub fn snowflake_or_raise() -> &'static Snowflake {
+    snowflake().unwrap_or_else(|| IdgenError::NotPreloaded.raise())
+}
+
+fn refuse_during_recovery(function: &'static str) {
+    // SAFETY: a plain query of this backend's recovery state.
+    if unsafe { pg_sys::RecoveryInProgress() } {
+        IdgenError::DuringRecovery { function }.raise();
+    }
+}
+
+fn javascript(state: &'static Snowflake) -> &'static Generator {
+    if !state.javascript_ok.load(Ordering::Relaxed) {
+        IdgenError::SnowflakeMachineTooLarge {
+            machine: state.main.machine(),
+            machine_bits: state.javascript.layout().machine_bits,
+        }
+        .raise();
+    }
+    &state.javascript
+}
+
+pub fn to_timestamptz(unix_ms: UnixMs) -> TimestampWithTimeZone {
+    let pg_micros = unix_ms * 1000 - PG_EPOCH_UNIX_MICROS;
+    TimestampWithTimeZone::try_from(pg_micros).unwrap_or_else(|_| {
+        IdgenError::TimestampOutOfRange {
+            problem: format!("{unix_ms} ms"),
+        }
+        .raise()
+    })
+}
+
+fn raise_layout_error(e: LayoutError, id: i64) -> ! {
+    match e {
+        LayoutError::NegativeId(_) => IdgenError::BadSnowflakeId {
+            id,
+            problem: "it is negative".into(),
+        }
+        .raise(),
+        LayoutError::TooWide { bits, .. } => IdgenError::BadSnowflakeId {
+            id,
+            problem: format!("it has bits set above the layout's {bits}"),
+        }
+        .raise(),
+        LayoutError::BeforeEpoch { .. } => IdgenError::TimestampOutOfRange {
+            problem: "it is before pg_idgen.snowflake_epoch".into(),
+        }
+        .raise(),
+        LayoutError::PastEnd { last_ms, .. } => IdgenError::TimestampOutOfRange {
+            problem: format!(
+                "it is after the layout's last millisecond ({})",
+                to_timestamptz(last_ms)
+            ),
+        }
+        .raise(),
+        other => IdgenError::Internal {
+            context: "snowflake layout",
+            message: format!("{other:?}"),
+        }
+        .raise(),
+    }
+}
+
+type ParsedRow = (
+    name!(ts, TimestampWithTimeZone),
+    name!(machine_id, i32),
+    name!(sequence, i32),
+);
+
+fn parse_with(layout: &Layout, id: i64) -> TableIterator<'static, ParsedRow> {
+    let parts = layout
+        .decompose(id)
+        .unwrap_or_else(|e| raise_layout_error(e, id));
+    TableIterator::once((
+        to_timestamptz(layout.epoch_ms + parts.time_ms),
+        parts.machine as i32,
+        parts.sequence as i32,
+    ))
+}
+
+/// `snowflake_nextval()`: the next time-ordered ID of this server.
+#[pg_extern(volatile, parallel_unsafe)]
+fn snowflake_nextval() -> i64 {
+    let state = snowflake_or_raise();
+    refuse_during_recovery("snowflake_nextval()");
+    state.next_id(&state.main)
+}
+
+/// `snowflake_js_nextval()`: like `snowflake_nextval()`, in 53 bits, so
+/// JavaScript numbers hold it exactly.
+#[pg_extern(volatile, parallel_unsafe)]
+fn snowflake_js_nextval() -> i64 {
+    let state = snowflake_or_raise();
+    refuse_during_recovery("snowflake_js_nextval()");
+    state.next_id(javascript(state))
+}
+
+/// `snowflake_parse(id) → (ts, machine_id, sequence)`.
+#[pg_extern(stable, strict, parallel_safe)]
+fn snowflake_parse(
+    id: i64,
+) -> TableIterator<
+    'static,
+    (
+        name!(ts, TimestampWithTimeZone),
+        name!(machine_id, i32),
+        name!(sequence, i32),
+    ),
+> {
+    parse_with(snowflake_or_raise().main.layout(), id)
+}
+
+/// `snowflake_js_parse(id)`: `snowflake_parse` for JavaScript-safe IDs.
+#[pg_extern(stable, strict, parallel_safe)]
+fn snowflake_js_parse(
+    id: i64,
+) -> TableIterator<
+    'static,
+    (
+        name!(ts, TimestampWithTimeZone),
+        name!(machine_id, i32),
+        name!(sequence, i32),
+    ),
+> {
+    parse_with(snowflake_or_raise().javascript.layout(), id)
+}
+
+/// `snowflake_format(id)`: `20250623131730192-1-0` (UTC ms, machine, sequence).
+#[pg_extern(stable, strict, parallel_safe)]
+fn snowflake_format(id: i64) -> String {
+    let layout = snowflake_or_raise().main.layout();
+    layout
+        .format(id)
+        .unwrap_or_else(|e| raise_layout_error(e, id))
+}
+
+/// `snowflake_from_format(text)`: the inverse of `snowflake_format`.
+#[pg_extern(stable, strict, parallel_safe)]
+fn snowflake_from_format(text: &str) -> i64 {
+    let layout = snowflake_or_raise().main.layout();
+    layout.parse_friendly(text).unwrap_or_else(|e| match e {
+        LayoutError::BadText(_) | LayoutError::MachineTooLarge { .. } => {
+            IdgenError::BadSnowflakeText {
+                text: text.to_string(),
+            }
+            .raise()
+        }
+        other => raise_layout_error(other, 0),
+    })
+}
+
+/// `snowflake_from_timestamp(ts)`: the smallest ID at `ts` (truncated to
+/// the millisecond), for range scans and partition bounds.
+#[pg_extern(stable, strict, parallel_safe)]
+fn snowflake_from_timestamp(ts: TimestampWithTimeZone) -> i64 {
+    let layout = snowflake_or_raise().main.layout();
+    if ts.is_infinity() || ts.is_neg_infinity() {
+        IdgenError::TimestampOutOfRange {
+            problem: format!("{ts} is not finite"),
+        }
+        .raise();
+    }
+    let unix_ms = (ts.into_inner() + PG_EPOCH_UNIX_MICROS).div_euclid(1000);
+    layout
+        .smallest_id_at(unix_ms)
+        .unwrap_or_else(|e| raise_layout_error(e, 0))
+}

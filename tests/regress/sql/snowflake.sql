@@ -1,0 +1,81 @@
+-- Snowflake IDs: layout, helpers and their errors. Times are shown in UTC.
+\set SHOW_CONTEXT never
+SET timezone = 'UTC';
+SET datestyle = 'ISO, YMD';
+CREATE EXTENSION pg_idgen;
+
+-- The default layout: 41 bits of ms since 2025-01-01 UTC, 10 of machine, 12 of sequence.
+SELECT generator, machine_id, time_bits, machine_bits, sequence_bits, epoch, keeper_pid IS NOT NULL AS keeper_running
+  FROM snowflake_status ORDER BY generator;
+
+-- Taking known IDs apart.
+SELECT * FROM snowflake_parse(0);
+SELECT * FROM snowflake_parse((1::bigint << 22) | (5 << 12) | 7);
+SELECT * FROM snowflake_parse(9223372036854775807);
+SELECT snowflake_format(0), snowflake_format((1::bigint << 22) | (5 << 12) | 7);
+SELECT snowflake_from_format('20250623131730192-1-0') AS id,
+       snowflake_format(snowflake_from_format('20250623131730192-1-0')) AS back;
+SELECT snowflake_from_timestamp('2025-06-23 13:17:30.192+00') AS smallest,
+       snowflake_from_timestamp('2025-06-23 13:17:30.1925+00') AS same_ms,
+       snowflake_from_timestamp('2025-06-23 13:17:30.193+00') AS next_ms;
+SELECT count(*) AS rows_for_null FROM snowflake_parse(NULL);
+SELECT snowflake_format(NULL) IS NULL AS strict_format, snowflake_from_timestamp(NULL) IS NULL AS strict_bound;
+
+-- Live IDs: increasing, with this server's machine id, time close to now.
+CREATE TEMP TABLE drawn AS SELECT n, snowflake_nextval() AS id FROM generate_series(1, 20000) n;
+SELECT count(*) = count(DISTINCT id) AS distinct_ids,
+       bool_and(id < next_id) AS increasing
+  FROM (SELECT id, lead(id) OVER (ORDER BY n) AS next_id FROM drawn) d WHERE next_id IS NOT NULL;
+SELECT p.machine_id, abs(extract(epoch FROM p.ts - now())) < 60 AS near_now
+  FROM drawn, snowflake_parse(drawn.id) p WHERE n = 1;
+SELECT snowflake_from_format(snowflake_format(id)) = id AS round_trip FROM drawn WHERE n = 20000;
+SELECT snowflake_from_timestamp(now() - interval '1 minute') < min(id) AS bounded_below FROM drawn;
+
+-- The JavaScript-safe variant stays below 2^53.
+SELECT bool_and(id < 9007199254740992) AS below_2_53, count(DISTINCT id) AS ids
+  FROM (SELECT snowflake_js_nextval() AS id FROM generate_series(1, 5000)) j;
+SELECT machine_id, sequence >= 0 AS has_sequence FROM snowflake_js_parse(snowflake_js_nextval());
+SELECT * FROM snowflake_js_parse(9007199254740991);
+
+-- Bad input.
+SELECT * FROM snowflake_parse(-1);
+\echo :LAST_ERROR_SQLSTATE
+SELECT snowflake_format(-42);
+\echo :LAST_ERROR_SQLSTATE
+SELECT * FROM snowflake_js_parse(9007199254740992);
+\echo :LAST_ERROR_SQLSTATE
+SELECT snowflake_from_format('not an id');
+\echo :LAST_ERROR_SQLSTATE
+SELECT snowflake_from_format('20250623131730192-1024-0');
+\echo :LAST_ERROR_SQLSTATE
+SELECT snowflake_from_format('20250623131730192-1-4096');
+\echo :LAST_ERROR_SQLSTATE
+SELECT snowflake_from_format('20251323131730192-1-0');
+\echo :LAST_ERROR_SQLSTATE
+SELECT snowflake_from_format('20241231235959999-0-0');
+\echo :LAST_ERROR_SQLSTATE
+SELECT snowflake_from_timestamp('2024-12-31 23:59:59.999+00');
+\echo :LAST_ERROR_SQLSTATE
+SELECT snowflake_from_timestamp('2095-01-01 00:00:00+00');
+\echo :LAST_ERROR_SQLSTATE
+SELECT snowflake_from_timestamp('infinity');
+\echo :LAST_ERROR_SQLSTATE
+SELECT snowflake_from_timestamp('-infinity');
+\echo :LAST_ERROR_SQLSTATE
+
+-- Settings are fixed at server start.
+SET pg_idgen.machine_id = '3';
+\echo :LAST_ERROR_SQLSTATE
+SHOW pg_idgen.snowflake_epoch;
+
+-- snowflake_status is for monitoring roles only.
+CREATE ROLE idgen_snowflake_nobody;
+SET ROLE idgen_snowflake_nobody;
+SELECT count(*) FROM snowflake_status;
+\echo :LAST_ERROR_SQLSTATE
+SELECT snowflake_nextval() > 0 AS anyone_may_draw;
+RESET ROLE;
+DROP ROLE idgen_snowflake_nobody;
+
+-- Leave the database as it was found.
+DROP EXTENSION pg_idgen CASCADE;
