@@ -16,6 +16,9 @@ pub static REFILL_TIMEOUT_MS: GucSetting<i32> = GucSetting::<i32>::new(10_000);
 /// Share of a range used before the next one is fetched, in percent.
 pub static PREFETCH_PERCENT: GucSetting<i32> = GucSetting::<i32>::new(80);
 
+/// The most IDs the worker keeps cached ahead of one tag's callers.
+pub static MAX_IDS_AHEAD: GucSetting<i32> = GucSetting::<i32>::new(10_000_000);
+
 /// How long a database's refill worker stays without work before it leaves.
 pub static WORKER_IDLE_TIMEOUT_S: GucSetting<i32> = GucSetting::<i32>::new(60);
 
@@ -47,6 +50,16 @@ pub fn register() {
         &PREFETCH_PERCENT,
         1,
         100,
+        GucContext::Sighup,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"pg_idgen.max_ids_ahead",
+        c"The most IDs the refill worker keeps cached ahead of one tag's callers.",
+        c"The worker caches what the tag's callers take in 250 ms, doubled each time a caller had to wait, up to this cap. It also bounds the IDs a crash skips per tag.",
+        &MAX_IDS_AHEAD,
+        1,
+        i32::MAX,
         GucContext::Sighup,
         GucFlags::default(),
     );

@@ -1,11 +1,21 @@
 //! When to refill a tag and where to put the prefetch mark: pure decisions
 //! on a `ChainStatus`, with no PostgreSQL in sight.
 //!
-//! The policy is the seeds' double buffer: a caller crossing the prefetch
-//! mark (by default 80% of the current range) wakes the worker, which
-//! fetches the next range if none is buffered yet, so the range is there
-//! before the current one runs out. `plan_range` checks a row read from
-//! `id_segment` and works out the range a refill takes from it.
+//! Two rules decide when the worker refills a tag:
+//!
+//! * the seeds' double buffer: a caller crossing the prefetch mark (by
+//!   default 80% of the current range) wakes the worker, which fetches the
+//!   next range if none is buffered yet;
+//! * CosId's safe distance (`Prefetcher`): the worker keeps at least
+//!   `distance` IDs cached ahead of the callers. The distance follows the
+//!   demand — the IDs callers take in `HORIZON_MS` — doubles whenever a
+//!   caller had to wait, and decays back toward one step when demand
+//!   falls, so idle tags stop taking large ranges. One refill takes as
+//!   many steps as the distance needs (`max_id + k * step`), so the number
+//!   of `id_segment` updates stays low at any rate.
+//!
+//! `plan_range` checks a row read from `id_segment` and works out the range
+//! a refill takes from it.
 
 use super::chain::{ChainStatus, MAX_RANGE_LEN};
 
@@ -23,6 +33,112 @@ pub fn needs_refill(status: &ChainStatus, percent: u32) -> bool {
         return false;
     }
     status.current_len == 0 || status.current_used >= mark_offset(status.current_len, percent)
+}
+
+/// How far ahead demand is covered: IDs the callers take in this time are
+/// kept cached. Refills take about a millisecond; the rest is margin for a
+/// worker busy with other tags, a slow disk, or a sudden jump.
+pub const HORIZON_MS: u64 = 250;
+
+/// How often the demand estimate is updated (and the distance may shrink).
+pub const SAMPLE_MS: i64 = 100;
+
+/// A tag's demand and safe distance, kept by the worker from the slot's
+/// counters.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Prefetcher {
+    distance: u64,
+    ids_per_second: f64,
+    sampled_at_ms: Option<i64>,
+    sampled_taken: u64,
+    seen_waits: u64,
+}
+
+impl Prefetcher {
+    pub fn new() -> Prefetcher {
+        Prefetcher {
+            distance: 0,
+            ids_per_second: 0.0,
+            sampled_at_ms: None,
+            sampled_taken: 0,
+            seen_waits: 0,
+        }
+    }
+
+    /// IDs the worker tries to keep cached ahead of the callers.
+    pub fn distance(&self) -> u64 {
+        self.distance
+    }
+
+    /// Demand over the last sample windows.
+    pub fn ids_per_second(&self) -> f64 {
+        self.ids_per_second
+    }
+
+    /// Folds in the slot's counters at `now_ms`: IDs taken and calls that
+    /// waited, both since the slot was created. `step` is the tag's step,
+    /// `max_ahead` the cap on the distance.
+    pub fn observe(&mut self, now_ms: i64, taken: u64, waits: u64, step: u64, max_ahead: u64) {
+        let step = step.max(1);
+        let hungry = waits > self.seen_waits;
+        self.seen_waits = waits;
+        let mut sampled = false;
+        match self.sampled_at_ms {
+            None => {
+                self.sampled_at_ms = Some(now_ms);
+                self.sampled_taken = taken;
+            }
+            Some(at) if now_ms - at >= SAMPLE_MS => {
+                let rate =
+                    taken.saturating_sub(self.sampled_taken) as f64 * 1000.0 / (now_ms - at) as f64;
+                // Rise at once, fall gently: a burst is answered in one
+                // sample, a pause does not throw the estimate away.
+                self.ids_per_second = if rate >= self.ids_per_second {
+                    rate
+                } else {
+                    0.5 * (rate + self.ids_per_second)
+                };
+                self.sampled_at_ms = Some(now_ms);
+                self.sampled_taken = taken;
+                sampled = true;
+            }
+            // A caller waited: the window so far, however short, is
+            // evidence enough that demand rose.
+            Some(at) if hungry && now_ms > at => {
+                let rate =
+                    taken.saturating_sub(self.sampled_taken) as f64 * 1000.0 / (now_ms - at) as f64;
+                self.ids_per_second = self.ids_per_second.max(rate);
+            }
+            Some(_) => {}
+        }
+        let demand = (self.ids_per_second * HORIZON_MS as f64 / 1000.0) as u64;
+        if hungry {
+            self.distance = (self.distance.max(step) * 2).max(demand);
+        } else if demand > self.distance {
+            self.distance = demand;
+        } else if sampled {
+            self.distance = demand.max(self.distance - self.distance / 4);
+        }
+        self.distance = self.distance.max(step).min(max_ahead.max(step));
+    }
+
+    /// Steps the next refill should take, or `None` when the chain holds
+    /// enough: below the safe distance, or past the double buffer's mark.
+    pub fn plan(&self, status: &ChainStatus, step: u64, percent: u32) -> Option<u64> {
+        let step = step.max(1);
+        let remaining = status.remaining();
+        if remaining >= self.distance && !needs_refill(status, percent) {
+            return None;
+        }
+        let wanted = self.distance.saturating_sub(remaining).max(step);
+        Some(wanted.div_ceil(step))
+    }
+}
+
+impl Default for Prefetcher {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 /// What can be wrong with a tag's row (or its table) at refill time.
@@ -98,6 +214,150 @@ mod tests {
         assert_eq!(mark_offset(10, 100), 9);
         assert_eq!(mark_offset(3, 1), 0);
         assert_eq!(mark_offset(u64::MAX / 2, 100), u64::MAX / 2 - 1);
+    }
+
+    /// The worker's view of a tag whose callers take `rate` IDs per second,
+    /// refilled every time it is asked for, on a fake clock.
+    struct Simulation {
+        prefetcher: Prefetcher,
+        taken: u64,
+        buffered: u64,
+        waits: u64,
+        refills: u64,
+        now_ms: i64,
+        step: u64,
+    }
+
+    impl Simulation {
+        fn new(step: u64) -> Simulation {
+            Simulation {
+                prefetcher: Prefetcher::new(),
+                taken: 0,
+                buffered: 0,
+                waits: 0,
+                refills: 0,
+                now_ms: 0,
+                step,
+            }
+        }
+
+        /// One 10 ms pass at `rate` IDs/s; a refill arrives at the end of
+        /// the pass, so callers that run dry within it wait.
+        fn pass(&mut self, rate: u64) {
+            self.now_ms += 10;
+            let wanted = rate / 100;
+            if wanted > self.buffered {
+                self.waits += 1;
+                self.taken += self.buffered;
+                self.buffered = 0;
+            } else {
+                self.taken += wanted;
+                self.buffered -= wanted;
+            }
+            self.prefetcher
+                .observe(self.now_ms, self.taken, self.waits, self.step, 10_000_000);
+            let status = ChainStatus {
+                current_len: self.buffered,
+                ids_ahead: 0,
+                ..Default::default()
+            };
+            if let Some(steps) = self.prefetcher.plan(&status, self.step, 80) {
+                self.buffered += steps * self.step;
+                self.refills += 1;
+            }
+        }
+    }
+
+    #[test]
+    fn a_jump_in_demand_stops_causing_waits_within_a_second() {
+        let mut sim = Simulation::new(100);
+        for _ in 0..100 {
+            sim.pass(1_000); // a trickle: 1,000 IDs/s
+        }
+        let waits_before = sim.waits;
+        for _ in 0..20 {
+            sim.pass(5_000_000); // a batch import
+        }
+        let waits_in_first_200ms = sim.waits - waits_before;
+        for _ in 0..80 {
+            sim.pass(5_000_000);
+        }
+        assert!(
+            waits_in_first_200ms <= 5,
+            "{waits_in_first_200ms} waits while adapting"
+        );
+        assert_eq!(
+            sim.waits - waits_before,
+            waits_in_first_200ms,
+            "still waiting after 200 ms"
+        );
+        assert!(sim.prefetcher.distance() >= 5_000_000 * HORIZON_MS / 1000 / 2);
+    }
+
+    #[test]
+    fn the_distance_shrinks_back_when_demand_falls() {
+        let mut sim = Simulation::new(100);
+        for _ in 0..100 {
+            sim.pass(2_000_000);
+        }
+        let busy = sim.prefetcher.distance();
+        for _ in 0..300 {
+            sim.pass(1_000);
+        }
+        let idle = sim.prefetcher.distance();
+        assert!(busy >= 400_000, "busy distance {busy}");
+        assert!(
+            idle <= 1_000,
+            "idle distance {idle}: an idle tag keeps taking large ranges"
+        );
+    }
+
+    #[test]
+    fn table_updates_per_million_ids_fall_as_the_rate_rises() {
+        let per_million = |rate: u64| {
+            let mut sim = Simulation::new(100);
+            for _ in 0..300 {
+                sim.pass(rate);
+            }
+            sim.refills as f64 * 1e6 / sim.taken as f64
+        };
+        let slow = per_million(10_000);
+        let fast = per_million(10_000_000);
+        assert!(
+            fast * 10.0 < slow,
+            "{fast} updates per million IDs at 10M/s vs {slow} at 10k/s"
+        );
+    }
+
+    #[test]
+    fn the_distance_never_exceeds_its_cap_or_falls_below_a_step() {
+        let mut p = Prefetcher::new();
+        for i in 0..50 {
+            p.observe(i * 200, i as u64 * 1_000_000_000, i as u64, 100, 50_000);
+        }
+        assert_eq!(p.distance(), 50_000);
+        let mut idle = Prefetcher::new();
+        idle.observe(0, 0, 0, 1000, 10_000_000);
+        assert_eq!(idle.distance(), 1000);
+    }
+
+    #[test]
+    fn one_refill_takes_as_many_steps_as_the_distance_needs() {
+        let mut p = Prefetcher::new();
+        p.observe(0, 0, 0, 10, 1_000_000);
+        p.observe(1000, 400_000, 0, 10, 1_000_000);
+        assert_eq!(p.distance(), 100_000);
+        let status = ChainStatus {
+            current_len: 1000,
+            current_used: 500,
+            ..Default::default()
+        };
+        assert_eq!(p.plan(&status, 10, 80), Some((100_000 - 500) / 10));
+        let full = ChainStatus {
+            current_len: 200_000,
+            ..Default::default()
+        };
+        assert_eq!(p.plan(&full, 10, 80), None);
     }
 
     #[test]

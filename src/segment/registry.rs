@@ -45,6 +45,10 @@ pub struct SlotStats {
     /// `id_segment.step` and IDs taken by the last refill.
     pub step: AtomicI64,
     pub last_refill_ids: AtomicU64,
+    pub last_refill_steps: AtomicU64,
+    /// The worker's safe distance and demand estimate for the tag.
+    pub safe_distance: AtomicU64,
+    pub ids_per_second: AtomicU64,
     /// End of the last successful refill (TimestampTz) and its duration.
     pub last_refill_at: AtomicI64,
     pub last_refill_micros: AtomicU64,
@@ -515,6 +519,9 @@ impl Slot {
     fn reset_stats(&self) {
         let s = &self.stats;
         for counter in [
+            &s.last_refill_steps,
+            &s.safe_distance,
+            &s.ids_per_second,
             &s.refills,
             &s.cas_conflicts,
             &s.refill_failures,

@@ -35,7 +35,9 @@ fn segment_status_rows() -> TableIterator<
         name!(pct_used, f64),
         name!(ranges_ahead, i64),
         name!(ids_ahead, i64),
+        name!(safe_distance, i64),
         name!(step, Option<i64>),
+        name!(steps_per_refill, Option<i64>),
         name!(ids_per_refill, Option<i64>),
         name!(refills, i64),
         name!(cas_conflicts, i64),
@@ -43,6 +45,7 @@ fn segment_status_rows() -> TableIterator<
         name!(waits, i64),
         name!(wait_ms, f64),
         name!(ids_taken, i64),
+        name!(ids_per_second, i64),
         name!(last_refill, Option<pgrx::datum::TimestampWithTimeZone>),
         name!(last_refill_ms, Option<f64>),
         name!(last_error, Option<String>),
@@ -84,7 +87,9 @@ fn segment_status_rows() -> TableIterator<
             },
             chain.ranges_ahead as i64,
             chain.ids_ahead as i64,
+            stats.safe_distance.load(Ordering::Relaxed) as i64,
             (refills > 0).then(|| stats.step.load(Ordering::Relaxed)),
+            (refills > 0).then(|| stats.last_refill_steps.load(Ordering::Relaxed) as i64),
             (refills > 0).then(|| stats.last_refill_ids.load(Ordering::Relaxed) as i64),
             refills as i64,
             stats.cas_conflicts.load(Ordering::Relaxed) as i64,
@@ -92,6 +97,7 @@ fn segment_status_rows() -> TableIterator<
             stats.waits.load(Ordering::Relaxed) as i64,
             stats.wait_micros.load(Ordering::Relaxed) as f64 / 1000.0,
             (chain.retired_ids + chain.current_used) as i64,
+            stats.ids_per_second.load(Ordering::Relaxed) as i64,
             (last_refill_at != 0).then(|| {
                 // SAFETY: a TimestampTz stored by the worker.
                 unsafe {

@@ -2,8 +2,9 @@
 //! demand by the first call that needs a range, that keeps every tag of its
 //! database stocked and leaves when idle.
 //!
-//! Each pass looks at the database's slots; for every slot the policy says
-//! needs a range, it runs the distributor's CAS in a transaction of its own,
+//! Each pass looks at the database's slots, updates each tag's demand and
+//! safe distance (`policy::Prefetcher`), and for every slot below its
+//! distance (or past its prefetch mark) runs the distributor's CAS in a transaction of its own,
 //! commits it synchronously, and only then publishes the range to shared
 //! memory and wakes the waiting callers. A failure (a missing row, a lock
 //! timeout, a tampered row) is stored in the slot for its callers and
@@ -16,7 +17,7 @@
 //! waits for a refill in flight.
 
 use super::distributor;
-use super::policy;
+use super::policy::{self, Prefetcher};
 use super::registry::{registry, Registry, Slot};
 use crate::errors::{refill_problem_report, IdgenError, StoredError};
 use crate::gucs;
@@ -88,13 +89,13 @@ pub extern "C-unwind" fn pg_idgen_refill_worker_main(arg: pg_sys::Datum) {
         return; // another worker serves this database
     }
     let mut last_work = Instant::now();
-    let mut logged: HashMap<usize, String> = HashMap::new();
+    let mut memory = WorkerMemory::default();
     loop {
         if BackgroundWorker::sighup_received() {
             // SAFETY: in the worker's main loop, outside any transaction.
             unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
         }
-        if refill_pass(registry, database, &mut logged) {
+        if refill_pass(registry, database, &mut memory) {
             last_work = Instant::now();
         }
         if database_needed_exclusively(database) {
@@ -122,33 +123,68 @@ unsafe extern "C-unwind" fn on_exit(_code: i32, arg: pg_sys::Datum) {
     }
 }
 
+/// What the worker remembers between passes: each tag's demand (by slot
+/// index and generation), and the last error it logged for each slot.
+#[derive(Default)]
+struct WorkerMemory {
+    prefetchers: HashMap<(usize, u64), Prefetcher>,
+    logged: HashMap<usize, String>,
+}
+
 /// One look at every slot of the database; returns whether it refilled or
 /// tried to.
-fn refill_pass(registry: &Registry, database: u32, logged: &mut HashMap<usize, String>) -> bool {
+fn refill_pass(registry: &Registry, database: u32, memory: &mut WorkerMemory) -> bool {
     let percent = gucs::PREFETCH_PERCENT.get() as u32;
+    let max_ahead = gucs::MAX_IDS_AHEAD.get() as u64;
+    let now_ms = super::registry::now_ms();
     let mut worked = false;
+    memory.prefetchers.retain(|&(index, generation), _| {
+        registry.slot(index).generation.load(Ordering::Relaxed) == generation
+    });
     for (index, slot) in registry.slots() {
         if !slot.is_active_in(database) {
             continue;
         }
-        let requested = slot.refill_requested.swap(false, Ordering::SeqCst);
+        let generation = slot.generation.load(Ordering::Acquire);
+        let prefetcher = memory.prefetchers.entry((index, generation)).or_default();
         let status = slot.status();
+        let step = slot.stats.step.load(Ordering::Relaxed).max(1) as u64;
+        let waits = slot.stats.waits.load(Ordering::Relaxed);
+        prefetcher.observe(
+            now_ms,
+            status.retired_ids + status.current_used,
+            waits,
+            step,
+            max_ahead,
+        );
+        slot.stats
+            .safe_distance
+            .store(prefetcher.distance(), Ordering::Relaxed);
+        slot.stats
+            .ids_per_second
+            .store(prefetcher.ids_per_second() as u64, Ordering::Relaxed);
+        let requested = slot.refill_requested.swap(false, Ordering::SeqCst);
         // A slot that never got a range is only tried when a caller asks,
         // so a mistyped tag does not keep the worker reading the table.
-        let prefetch = status.published > 0 && policy::needs_refill(&status, percent);
-        if !(prefetch || requested && policy::needs_refill(&status, percent)) {
+        if status.published == 0 && !requested {
             continue;
         }
+        let Some(steps) = prefetcher.plan(&status, step, percent) else {
+            continue;
+        };
         worked = true;
-        refill(registry, index, slot, percent, logged);
+        refill(registry, index, slot, steps, percent, &mut memory.logged);
     }
     worked
 }
 
+/// Takes `steps` steps of the slot's tag and publishes them, or stores the
+/// error for its callers.
 fn refill(
     registry: &Registry,
     index: usize,
     slot: &Slot,
+    steps: u64,
     percent: u32,
     logged: &mut HashMap<usize, String>,
 ) {
@@ -161,8 +197,9 @@ fn refill(
     let handed_out = (status.published > 0 && status.high_water > 0).then_some(status.high_water);
     let lock_timeout = gucs::REFILL_TIMEOUT_MS.get();
     let started = Instant::now();
-    let outcome =
-        in_transaction(|| distributor::take_range(&tag, 1, bound_table, handed_out, lock_timeout));
+    let outcome = in_transaction(|| {
+        distributor::take_range(&tag, steps, bound_table, handed_out, lock_timeout)
+    });
     let error = match outcome {
         Ok(Ok(Ok(granted))) => {
             let exclusive = registry.lock(true);
@@ -185,6 +222,7 @@ fn refill(
                         .fetch_add(granted.cas_conflicts, Ordering::Relaxed);
                     stats.step.store(granted.step, Ordering::Relaxed);
                     stats.last_refill_ids.store(granted.len, Ordering::Relaxed);
+                    stats.last_refill_steps.store(steps, Ordering::Relaxed);
                     // SAFETY: plain read of the current time.
                     stats
                         .last_refill_at

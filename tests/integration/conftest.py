@@ -122,9 +122,7 @@ def db(cluster):
     return cluster.new_database()
 
 
-@pytest.fixture
-def make_cluster():
-    """Clusters of a test's own, for settings, crashes and restarts."""
+def _cluster_maker():
     made = []
 
     def make(**kwargs):
@@ -135,6 +133,18 @@ def make_cluster():
     yield make
     for c in made:
         c.destroy()
+
+
+@pytest.fixture
+def make_cluster():
+    """Clusters of a test's own, for settings, crashes and restarts."""
+    yield from _cluster_maker()
+
+
+@pytest.fixture(scope="module")
+def make_module_cluster():
+    """Clusters shared by the tests of one module."""
+    yield from _cluster_maker()
 
 
 def assert_unique(ids):

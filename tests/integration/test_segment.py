@@ -25,9 +25,20 @@ def draw_batches(cluster, db, tag, batches, size, use_setof=False):
     return ids
 
 
-def test_four_sessions_racing_refills_never_share_an_id(cluster, db):
+@pytest.fixture(scope="module")
+def one_step_cluster(make_module_cluster):
+    """A cluster whose worker takes one step per refill (max_ids_ahead is
+    below every step used here), so refills race the callers all the time
+    instead of being batched away by the adaptive prefetch."""
+    c = make_module_cluster(conf=["pg_idgen.max_ids_ahead = 1"])
+    c.start()
+    return c
+
+
+def test_four_sessions_racing_refills_never_share_an_id(one_step_cluster):
     # step = 10: every session needs a refill every few IDs, so refills and
     # range switches race all the time.
+    cluster, db = one_step_cluster, one_step_cluster.new_database()
     cluster.sql("SELECT segment_create('race', step => 10)", dbname=db)
     with ThreadPoolExecutor(4) as pool:
         sessions = list(pool.map(
@@ -108,7 +119,8 @@ def outside_allocator(cluster, db, tag, ranges_wanted, granted, stop):
                 granted.append(range(max_id + 1, max_id + step + 1))
 
 
-def test_an_outside_cas_allocator_never_overlaps_the_extension(cluster, db):
+def test_an_outside_cas_allocator_never_overlaps_the_extension(one_step_cluster):
+    cluster, db = one_step_cluster, one_step_cluster.new_database()
     cluster.sql("SELECT segment_create('shared', step => 50)", dbname=db)
     granted, stop = [], threading.Event()
     outside = threading.Thread(target=outside_allocator, args=(cluster, db, "shared", 400, granted, stop))
@@ -219,7 +231,8 @@ def test_a_waiting_call_ends_at_once_on_cancel_timeout_or_terminate(cluster, db,
         locker.close()
 
 
-def test_max_id_moved_backwards_is_refused(cluster, db):
+def test_max_id_moved_backwards_is_refused(one_step_cluster):
+    cluster, db = one_step_cluster, one_step_cluster.new_database()
     cluster.sql("SELECT segment_create('tamper', step => 10)", dbname=db)
     with cluster.connect(db) as conn:
         drawn = [conn.execute("SELECT segment_nextval('tamper')").fetchone()[0] for _ in range(25)]

@@ -28,13 +28,14 @@ SELECT segment_nextval('orders') AS after_rollback;
 SELECT segment_create('invoices', start => 5000, step => 10);
 SELECT segment_nextval('invoices') FROM generate_series(1, 12);
 
-SELECT tag, range_first, next_id IS NOT NULL AS has_next, step, refills >= 1 AS refilled,
+SELECT tag, next_id, range_first <= next_id AND next_id <= range_last AS in_range, step, refills >= 1 AS refilled,
        ids_taken, last_error
   FROM segment_status ORDER BY tag;
 
 -- A plain UPDATE of step takes effect at the next refill.
 UPDATE id_segment SET step = 3 WHERE biz_tag = 'invoices';
-SELECT segment_nextval('invoices') FROM generate_series(1, 25);
+SELECT min(id), max(id), count(DISTINCT id)
+  FROM (SELECT segment_nextval('invoices') AS id FROM generate_series(1, 500)) drawn;
 SELECT step FROM segment_status WHERE tag = 'invoices';
 
 -- segment_drop removes the row and the cached ranges.
