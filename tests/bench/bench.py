@@ -1,0 +1,416 @@
+"""pg_idgen's benchmark: every competitor measured in the same run, on a
+throwaway cluster, interleaved, reported as ratios and marginal costs.
+
+  python tests/bench/bench.py [--quick] [--out DIR] [--update-readme]
+
+1. Marginal cost per ID inside one backend: time of
+   `SELECT count(f()) FROM generate_series(1, N)` minus the bare
+   `SELECT count(*) FROM generate_series(1, N)`, divided by N, over several
+   interleaved rounds (median and spread).
+2. INSERT throughput with pgbench at 1, 2, 8 and 32 clients into
+   `id <type> PRIMARY KEY DEFAULT <generator>` plus a small payload; TPS
+   and latency percentiles from pgbench's per-transaction log.
+3. The refill in the tail: `SELECT segment_nextval(tag)` at 8 clients with
+   step 100 and step 100,000, latency percentiles side by side.
+4. The ceiling without PostgreSQL: tests/bench/ceiling (Rust).
+
+Writes bench.md (the table), bench.json (every figure) and three PNG plots
+(matplotlib) to --out; --update-readme replaces the README's benchmark
+section with the new table.
+"""
+
+import argparse
+import glob
+import json
+import os
+import platform
+import random
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, os.path.join(REPO, "tests", "lib"))
+from cluster import PG_BIN, Cluster  # noqa: E402
+
+MODES = {
+    "full": dict(n=5_000_000, rounds=5, insert_seconds=8, tail_seconds=15),
+    "quick": dict(n=300_000, rounds=2, insert_seconds=2, tail_seconds=3),
+}
+
+STARTED = time.monotonic()
+
+
+def progress(message):
+    print(f"[{time.monotonic() - STARTED:6.1f}s] {message}", flush=True)
+
+
+# --------------------------------------------------------------------------
+# 1. Marginal cost per ID
+
+# (label, expression, share of N): the JavaScript-safe layout holds 256 IDs
+# per ms, so it runs on a smaller N to stay within its lead.
+SCALAR_COMPETITORS = [
+    ("floor: pgrx function, one atomic add", "idgen_floor()", 1.0),
+    ("segment_nextval, step 100", "segment_nextval('step100')", 1.0),
+    ("segment_nextval, step 1,000", "segment_nextval('step1000')", 1.0),
+    ("segment_nextval, step 100,000", "segment_nextval('step100000')", 1.0),
+    ("snowflake_nextval()", "snowflake_nextval()", 1.0),
+    ("snowflake_js_nextval()", "snowflake_js_nextval()", 0.1),
+    ("nextval, CACHE 1", "nextval('seq_cache1')", 1.0),
+    ("nextval, CACHE 100", "nextval('seq_cache100')", 1.0),
+    ("gen_random_uuid()", "gen_random_uuid()", 1.0),
+]
+SETOF_LABEL = "segment_nextval(tag, n), step 1,000"
+
+
+def timed(conn, query):
+    started = time.perf_counter()
+    conn.execute(query).fetchall()
+    return time.perf_counter() - started
+
+
+def marginal_costs(cluster, n, rounds):
+    """Per-ID cost over the bare query, ns: {label: [one figure per round]}."""
+    costs = {label: [] for label, _, _ in SCALAR_COMPETITORS}
+    costs[SETOF_LABEL] = []
+    bare_ns = []
+    snowflake_rates = []
+    with cluster.connect("bench") as conn:
+        bare = lambda count: timed(conn, f"SELECT count(*) FROM generate_series(1, {count})")
+        for round_no in range(1, rounds + 1):
+            work = [(label, expr, share) for label, expr, share in SCALAR_COMPETITORS]
+            work.append((SETOF_LABEL, None, 1.0))
+            random.shuffle(work)
+            round_bare = [bare(n) / n]
+            for label, expr, share in work:
+                count = max(1000, int(n * share))
+                if expr is None:
+                    seconds = timed(conn, f"SELECT count(*) FROM segment_nextval('step1000', {count})")
+                else:
+                    seconds = timed(conn, f"SELECT count({expr}) FROM generate_series(1, {count})")
+                per_id = seconds / count
+                costs[label].append(per_id)
+                if expr == "snowflake_nextval()":
+                    snowflake_rates.append(count / seconds)
+                progress(f"round {round_no}/{rounds}: {label}: {per_id * 1e9:.1f} ns per call")
+            round_bare.append(bare(n) / n)
+            bare_now = statistics.mean(round_bare)
+            bare_ns.append(bare_now * 1e9)
+            for label in costs:
+                costs[label][-1] = (costs[label][-1] - bare_now) * 1e9
+    return costs, bare_ns, snowflake_rates
+
+
+# --------------------------------------------------------------------------
+# 2 and 3. pgbench
+
+INSERT_TABLES = {
+    "segment_nextval (step 1,000)": "bigint PRIMARY KEY DEFAULT segment_nextval('insert')",
+    "snowflake_nextval()": "bigint PRIMARY KEY DEFAULT snowflake_nextval()",
+    "bigserial": "bigserial PRIMARY KEY",
+    "identity": "bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY",
+    "uuid (gen_random_uuid())": "uuid PRIMARY KEY DEFAULT gen_random_uuid()",
+}
+CLIENTS = [1, 2, 8, 32]
+PERCENTILES = [50, 99, 99.9, 99.99]
+
+
+def table_name(label):
+    return "t_" + re.sub(r"[^a-z0-9]+", "_", label.lower()).strip("_")
+
+
+def pgbench(cluster, script, clients, seconds, workdir, tag):
+    """Runs pgbench with one thread per client; returns (tps, [latencies in
+    µs]). pgbench reads the clock lazily, so on an oversubscribed machine a
+    call finished while its client thread was descheduled reads as 0 µs:
+    the median is a floor, the upper percentiles (waits, stalls) are real."""
+    script_path = os.path.join(workdir, f"{tag}.sql")
+    with open(script_path, "w") as f:
+        f.write(script + "\n")
+    prefix = os.path.join(workdir, f"log_{tag}")
+    for old in glob.glob(prefix + ".*"):
+        os.remove(old)
+    out = subprocess.run(
+        [f"{PG_BIN}/pgbench", "-h", cluster.dir, "-U", "postgres", "-n", "-c", str(clients),
+         "-j", str(clients), "-T", str(seconds), "-l", f"--log-prefix={prefix}",
+         "-f", script_path, "bench"],
+        check=True, capture_output=True, text=True, cwd=workdir)
+    tps = float(re.search(r"tps = ([0-9.]+) \(without initial connection time\)", out.stdout).group(1))
+    latencies = []
+    for path in glob.glob(prefix + ".*"):
+        with open(path) as f:
+            latencies.extend(int(line.split()[2]) for line in f if line.strip())
+    return tps, latencies
+
+
+def percentiles(latencies_us):
+    ordered = sorted(latencies_us)
+    pick = lambda p: ordered[min(len(ordered) - 1, int(len(ordered) * p / 100))] / 1000.0
+    return {str(p): pick(p) for p in PERCENTILES}
+
+
+def insert_throughput(cluster, seconds, workdir):
+    results = {label: {} for label in INSERT_TABLES}
+    for clients in CLIENTS:
+        order = list(INSERT_TABLES)
+        random.shuffle(order)
+        for label in order:
+            table = table_name(label)
+            cluster.sql(f"TRUNCATE {table}", dbname="bench")
+            cluster.sql("CHECKPOINT", dbname="bench")
+            tps, latencies = pgbench(cluster, f"INSERT INTO {table} (payload) VALUES ('order-0123456789abcdef');",
+                                     clients, seconds, workdir, f"{table}_{clients}")
+            results[label][str(clients)] = {"tps": tps, "latency_ms": percentiles(latencies),
+                                            "transactions": len(latencies)}
+            progress(f"INSERT, {clients} clients: {label}: {tps:,.0f} TPS")
+    return results
+
+
+TAIL_QUERIES = {
+    "segment_nextval, step 100": "SELECT segment_nextval('tail100');",
+    "segment_nextval, step 100,000": "SELECT segment_nextval('tail100000');",
+    "nextval, CACHE 1": "SELECT nextval('seq_cache1');",
+}
+
+
+def refill_tail(cluster, seconds, workdir):
+    results = {}
+    order = list(TAIL_QUERIES)
+    random.shuffle(order)
+    for label in order:
+        tps, latencies = pgbench(cluster, TAIL_QUERIES[label], 8, seconds, workdir, table_name(label))
+        results[label] = {"tps": tps, "latency_ms": percentiles(latencies), "calls": len(latencies)}
+        progress(f"SELECT at 8 clients: {label}: p99.99 {results[label]['latency_ms']['99.99']:.3f} ms")
+    waits = cluster.sql("SELECT tag, waits, refills FROM segment_status WHERE tag LIKE 'tail%' ORDER BY tag",
+                        dbname="bench")
+    return results, {tag: {"waits": w, "refills": r} for tag, w, r in waits}
+
+
+# --------------------------------------------------------------------------
+# 4. The ceiling
+
+def ceiling():
+    env = dict(os.environ, CARGO_TARGET_DIR=os.path.join(REPO, "target", "ceiling"))
+    out = subprocess.run(["cargo", "run", "--release", "-q", "--manifest-path",
+                          os.path.join(HERE, "ceiling", "Cargo.toml")],
+                         check=True, capture_output=True, text=True, env=env).stdout
+    results = {}
+    for line in out.splitlines():
+        name, threads, ops = line.split()
+        results.setdefault(name, {})[threads] = float(ops)
+    progress("ceiling: " + ", ".join(f"{k} {v['1'] / 1e6:.0f}M/s" for k, v in results.items()))
+    return results
+
+
+# --------------------------------------------------------------------------
+# Output
+
+def describe_machine(cluster):
+    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
+               platform.processor())
+    (pg_version,), = cluster.sql("SELECT version()", dbname="bench")[0:1]
+    rustc = subprocess.run(["rustc", "--version"], capture_output=True, text=True).stdout.strip()
+    commit = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"],
+                            capture_output=True, text=True).stdout.strip()
+    return {"cpu": cpu, "cores": os.cpu_count(), "memory_gb": round(os.sysconf("SC_PAGE_SIZE") *
+            os.sysconf("SC_PHYS_PAGES") / 2**30), "postgres": pg_version.split(" on ")[0], "rustc": rustc,
+            "commit": commit, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+
+
+def spread(values):
+    return f"{min(values):.1f} – {max(values):.1f}"
+
+
+def markdown(results, mode):
+    m = results["machine"]
+    lines = [
+        f"Measured {m['date']} at commit `{m['commit']}` with `{results['command']}` ({mode} mode): "
+        f"{m['cores']} cores ({m['cpu']}), {m['memory_gb']} GB, {m['postgres']}, {m['rustc']}.",
+        "",
+        f"**Marginal cost per ID in one backend** (N = {results['n']:,}, {results['rounds']} interleaved rounds; "
+        f"bare query {statistics.median(results['bare_ns']):.0f} ns per row):",
+        "",
+        "| generator | ns per ID (median) | spread (min – max) | × cheaper than nextval CACHE 1 |",
+        "|---|---:|---:|---:|",
+    ]
+    costs = results["marginal_ns"]
+    reference = statistics.median(costs["nextval, CACHE 1"])
+    for label, values in costs.items():
+        median = statistics.median(values)
+        ratio = reference / median if median > 0 else float("inf")
+        lines.append(f"| {label} | {median:.1f} | {spread(values)} | {ratio:.1f}× |")
+    rates = results["snowflake_ids_per_second"]
+    lines += [
+        "",
+        f"snowflake_nextval() in one backend over {results['n']:,} IDs: "
+        f"{statistics.median(rates) / 1e6:.1f} M IDs/s ({statistics.median(rates) / 4_096_000:.0%} of the layout's "
+        "4.096 M/s; above it, time runs ahead of the clock within `pg_idgen.snowflake_max_lead`). "
+        "snowflake_js_nextval() is capped by its layout at 256,000 IDs/s.",
+        "",
+        "**INSERT throughput** (pgbench, `INSERT INTO t (payload) VALUES (...)`, "
+        f"{results['insert_seconds']} s per run, `synchronous_commit = off`):",
+        "",
+        "| generator | " + " | ".join(f"TPS, {c} client{'s' if c > 1 else ''}" for c in CLIENTS)
+        + " | P50 / P99 / P99.9 / P99.99 ms at 8 clients | TPS vs bigserial at 8 |",
+        "|---|" + "---:|" * len(CLIENTS) + "---:|---:|",
+    ]
+    inserts = results["insert"]
+    for label, by_clients in inserts.items():
+        tps = " | ".join(f"{by_clients[str(c)]['tps']:,.0f}" for c in CLIENTS)
+        p = by_clients["8"]["latency_ms"]
+        ratio = by_clients["8"]["tps"] / inserts["bigserial"]["8"]["tps"]
+        lines.append(f"| {label} | {tps} | {p['50']:.3f} / {p['99']:.3f} / {p['99.9']:.3f} / {p['99.99']:.3f} "
+                     f"| {ratio:.2f}× |")
+    lines += [
+        "",
+        f"**The refill in the tail** (`SELECT f()` at 8 clients, {results['tail_seconds']} s each):",
+        "",
+        "| query | calls/s | P50 ms | P99 ms | P99.9 ms | P99.99 ms |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for label, r in results["tail"].items():
+        p = r["latency_ms"]
+        lines.append(f"| {label} | {r['tps']:,.0f} | {p['50']:.3f} | {p['99']:.3f} | {p['99.9']:.3f} | {p['99.99']:.3f} |")
+    tail = results["tail"]
+    small, big = (tail[k]["latency_ms"]["99.99"] for k in ("segment_nextval, step 100", "segment_nextval, step 100,000"))
+    waits = results["tail_waits"]
+    lines += [
+        "",
+        "Latencies come from pgbench's per-transaction log; pgbench reads its clock lazily, so on these "
+        "2 cores a call that completed while its client thread was descheduled reads as 0: P50 is a floor, "
+        "the upper percentiles are real.",
+        "",
+        f"P99.99 at step 100 is {small / big:.2f}× that at step 100,000; calls that waited for a refill: "
+        + ", ".join(f"{tag} {v['waits']} ({v['refills']} refills)" for tag, v in waits.items()) + ".",
+        "",
+        "**The ceiling without PostgreSQL** (`tests/bench/ceiling`, ops per second):",
+        "",
+        "| operation | 1 thread | 2 threads |",
+        "|---|---:|---:|",
+    ]
+    names = {"atomic_fetch_add": "bare `AtomicU64::fetch_add`", "segment_chain_take": "segment range chain take",
+             "snowflake_state_machine": "snowflake state machine (clock stopped)",
+             "snowflake_exact_clock": "snowflake with an exact clock read per ID"}
+    for key, label in names.items():
+        r = results["ceiling"][key]
+        lines.append(f"| {label} | {r['1'] / 1e6:,.1f} M | {r['2'] / 1e6:,.1f} M |")
+    return "\n".join(lines) + "\n"
+
+
+def plots(results, out):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for label, by_clients in results["insert"].items():
+        ax.plot(CLIENTS, [by_clients[str(c)]["tps"] for c in CLIENTS], marker="o", label=label)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(CLIENTS, [str(c) for c in CLIENTS])
+    ax.set_xlabel("pgbench clients")
+    ax.set_ylabel("INSERT transactions per second")
+    ax.set_title("INSERT throughput by key generator")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "tps.png"), dpi=110)
+    plt.close(fig)
+
+    def percentile_bars(series, title, filename):
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        width = 0.8 / len(series)
+        for i, (label, p) in enumerate(series.items()):
+            xs = [j + i * width for j in range(len(PERCENTILES))]
+            ax.bar(xs, [p[str(q)] for q in PERCENTILES], width=width, label=label)
+        ax.set_xticks([j + 0.4 - width / 2 for j in range(len(PERCENTILES))], [f"P{q}" for q in PERCENTILES])
+        ax.set_yscale("log")
+        ax.set_ylabel("latency, ms (log scale)")
+        ax.set_title(title)
+        ax.grid(alpha=0.3, axis="y")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(os.path.join(out, filename), dpi=110)
+        plt.close(fig)
+
+    percentile_bars({label: r["8"]["latency_ms"] for label, r in results["insert"].items()},
+                    "INSERT latency percentiles at 8 clients", "latency.png")
+    percentile_bars({label: r["latency_ms"] for label, r in results["tail"].items()},
+                    "SELECT f() latency at 8 clients: the refill in the tail", "tail.png")
+
+
+def update_readme(table):
+    path = os.path.join(REPO, "README.md")
+    text = open(path).read()
+    start, end = "<!-- bench:start -->", "<!-- bench:end -->"
+    if start not in text or end not in text:
+        raise SystemExit("README.md has no benchmark markers")
+    head, rest = text.split(start, 1)
+    _, tail = rest.split(end, 1)
+    with open(path, "w") as f:
+        f.write(head + start + "\n" + table + end + tail)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="a smoke run: small N, short runs")
+    parser.add_argument("--out", default=None, help="where results go (default: tests/bench/results)")
+    parser.add_argument("--update-readme", action="store_true", help="put the new table into README.md")
+    args = parser.parse_args()
+    mode = "quick" if args.quick else "full"
+    settings = MODES[mode]
+    out = args.out or (os.path.join(HERE, "results") if mode == "full" else tempfile.mkdtemp(prefix="pg_idgen-bench."))
+    os.makedirs(out, exist_ok=True)
+    random.seed(20261130)
+
+    cluster = Cluster(conf=["shared_buffers = '512MB'", "synchronous_commit = off", "max_wal_size = '8GB'",
+                            "checkpoint_timeout = '30min'", "max_connections = 100"], name="pg_idgen-bench.")
+    workdir = tempfile.mkdtemp(prefix="pg_idgen-bench-work.")
+    os.chmod(workdir, 0o777)
+    try:
+        cluster.start()
+        cluster.sql("CREATE DATABASE bench")
+        setup = ["CREATE EXTENSION pg_idgen", "CREATE EXTENSION idgen_floor",
+                 "CREATE SEQUENCE seq_cache1", "CREATE SEQUENCE seq_cache100 CACHE 100"]
+        for tag, step in [("step100", 100), ("step1000", 1000), ("step100000", 100000), ("insert", 1000),
+                          ("tail100", 100), ("tail100000", 100000)]:
+            setup.append(f"SELECT segment_create('{tag}', step => {step})")
+        for label, column in INSERT_TABLES.items():
+            setup.append(f"CREATE TABLE {table_name(label)} (id {column}, payload text NOT NULL)")
+        for statement in setup:
+            cluster.sql(statement, dbname="bench")
+        progress(f"{mode} run; cluster in {cluster.dir}; results to {out}")
+
+        results = {"command": "bash tests/bench.sh" + (" --quick" if args.quick else ""),
+                   "n": settings["n"], "rounds": settings["rounds"],
+                   "insert_seconds": settings["insert_seconds"], "tail_seconds": settings["tail_seconds"]}
+        results["machine"] = describe_machine(cluster)
+        results["ceiling"] = ceiling()
+        costs, bare_ns, rates = marginal_costs(cluster, settings["n"], settings["rounds"])
+        results.update(marginal_ns=costs, bare_ns=bare_ns, snowflake_ids_per_second=rates)
+        results["insert"] = insert_throughput(cluster, settings["insert_seconds"], workdir)
+        results["tail"], results["tail_waits"] = refill_tail(cluster, settings["tail_seconds"], workdir)
+    finally:
+        cluster.destroy()
+        subprocess.run(["rm", "-rf", workdir])
+
+    table = markdown(results, mode)
+    with open(os.path.join(out, "bench.json"), "w") as f:
+        json.dump(results, f, indent=2)
+    with open(os.path.join(out, "bench.md"), "w") as f:
+        f.write(table)
+    plots(results, out)
+    print()
+    print(table)
+    progress(f"wrote {out}/bench.md, bench.json, tps.png, latency.png, tail.png")
+    if args.update_readme:
+        update_readme(table)
+        progress("README.md updated")
+
+
+if __name__ == "__main__":
+    main()

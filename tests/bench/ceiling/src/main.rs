@@ -1,0 +1,108 @@
+//! Ops per second of pg_idgen's lock-free cores, outside PostgreSQL, with 1
+//! and 2 threads, beside a bare `AtomicU64::fetch_add` on one shared
+//! counter. Prints one line per measurement: `name threads ops_per_second`.
+
+#![allow(dead_code)]
+
+// The modules are pg_idgen's own files; `generator` finds `layout` as its
+// sibling (`super::layout`), as it does in the extension.
+#[path = "../../../../src/segment/chain.rs"]
+mod chain;
+#[path = "../../../../src/snowflake/generator.rs"]
+mod generator;
+#[path = "../../../../src/snowflake/layout.rs"]
+mod layout;
+
+use chain::{RangeChain, MAX_RANGE_LEN};
+use generator::{Generator, WallClock};
+use layout::{Layout, DEFAULT_EPOCH_MS};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+const RUN: Duration = Duration::from_millis(700);
+
+/// Runs `op` on `threads` threads for `RUN`; returns total ops per second.
+fn measure(threads: usize, op: impl Fn() + Sync + Send + 'static) -> f64 {
+    let op = Arc::new(op);
+    let stop = Arc::new(AtomicBool::new(false));
+    let start = Arc::new(Barrier::new(threads + 1));
+    let workers: Vec<_> = (0..threads)
+        .map(|_| {
+            let (op, stop, start) = (op.clone(), stop.clone(), start.clone());
+            std::thread::spawn(move || {
+                start.wait();
+                let mut n = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    for _ in 0..256 {
+                        op();
+                    }
+                    n += 256;
+                }
+                n
+            })
+        })
+        .collect();
+    start.wait();
+    let began = Instant::now();
+    std::thread::sleep(RUN);
+    stop.store(true, Ordering::Relaxed);
+    let total: u64 = workers.into_iter().map(|w| w.join().unwrap()).sum();
+    total as f64 / began.elapsed().as_secs_f64()
+}
+
+/// The real clock, read exactly every call (no coarse shortcut).
+struct ExactClock;
+impl WallClock for ExactClock {
+    fn now_ms(&self) -> i64 {
+        SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64
+    }
+    fn bounds_ms(&self) -> Option<(i64, i64)> {
+        None
+    }
+}
+
+/// A clock stopped at one millisecond: the state machine alone.
+struct StoppedClock(i64);
+impl WallClock for StoppedClock {
+    fn now_ms(&self) -> i64 {
+        self.0
+    }
+    fn bounds_ms(&self) -> Option<(i64, i64)> {
+        Some((self.0, self.0))
+    }
+}
+
+fn main() {
+    for threads in [1, 2] {
+        let counter = Arc::new(AtomicU64::new(0));
+        let c = counter.clone();
+        println!("atomic_fetch_add {threads} {:.0}", measure(threads, move || {
+            std::hint::black_box(c.fetch_add(1, Ordering::Relaxed));
+        }));
+
+        // One endless range: the fast path alone, no refills.
+        let chain = Arc::new(RangeChain::new());
+        chain.publish(1, MAX_RANGE_LEN, u64::MAX).unwrap();
+        let ch = chain.clone();
+        println!("segment_chain_take {threads} {:.0}", measure(threads, move || {
+            std::hint::black_box(ch.take());
+        }));
+
+        let layout = Layout::new(DEFAULT_EPOCH_MS, 41, 10, 12, 63).unwrap();
+        let generator = Arc::new(Generator::new(layout, 1, None));
+        generator.persisted(layout.max_time_ms());
+        let g = generator.clone();
+        println!("snowflake_exact_clock {threads} {:.0}", measure(threads, move || {
+            std::hint::black_box(g.next(&ExactClock, i64::MAX).ok());
+        }));
+
+        let generator = Arc::new(Generator::new(layout, 1, None));
+        generator.persisted(layout.max_time_ms());
+        let g = generator.clone();
+        let stopped = StoppedClock(DEFAULT_EPOCH_MS + 1000);
+        println!("snowflake_state_machine {threads} {:.0}", measure(threads, move || {
+            std::hint::black_box(g.next(&stopped, i64::MAX).ok());
+        }));
+    }
+}

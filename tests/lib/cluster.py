@@ -1,0 +1,104 @@
+"""Throwaway PostgreSQL clusters, shared by the integration tests and the
+benchmark. Each cluster runs as the `postgres` user in its own temporary
+directory, listens only on a Unix socket there, and preloads pg_idgen
+(unless asked otherwise)."""
+
+import itertools
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+
+import psycopg
+
+PG_BIN = os.environ.get("PG_BIN", "/usr/lib/postgresql/15/bin")
+
+_names = itertools.count(1)
+
+
+def _as_postgres(*args, env=None, check=True, **kwargs):
+    return subprocess.run(
+        ["runuser", "-u", "postgres", "--", *args],
+        env=env,
+        check=check,
+        capture_output=True,
+        text=True,
+        **kwargs,
+    )
+
+
+class Cluster:
+    def __init__(self, conf=(), preload=True, name="pg_idgen-it."):
+        self.dir = tempfile.mkdtemp(prefix=name)
+        shutil.chown(self.dir, "postgres", "postgres")
+        self.data = os.path.join(self.dir, "data")
+        self.env = None
+        _as_postgres(
+            f"{PG_BIN}/initdb", "-D", self.data, "-U", "postgres", "--auth=trust",
+            "--no-sync", "-E", "UTF8", "--locale=C.UTF-8",
+        )
+        lines = [
+            "listen_addresses = ''",
+            f"unix_socket_directories = '{self.dir}'",
+            "max_worker_processes = 32",
+            "max_connections = 60",
+            "pg_idgen.refill_timeout = '10s'" if preload else "",
+        ]
+        if preload:
+            lines.append("shared_preload_libraries = 'pg_idgen'")
+        self.append_conf(*lines, *conf)
+
+    def append_conf(self, *lines):
+        with open(os.path.join(self.data, "postgresql.conf"), "a") as f:
+            f.write("\n".join(lines) + "\n")
+
+    @property
+    def log_path(self):
+        return os.path.join(self.dir, "server.log")
+
+    def log(self):
+        with open(self.log_path, errors="replace") as f:
+            return f.read()
+
+    def start(self, extra_env=None):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RUST_")}
+        env.update(extra_env or {})
+        _as_postgres(
+            f"{PG_BIN}/pg_ctl", "-D", self.data, "-l", self.log_path, "-w", "-t", "60", "start",
+            env=env,
+        )
+
+    def stop(self, mode="fast"):
+        _as_postgres(f"{PG_BIN}/pg_ctl", "-D", self.data, "-m", mode, "-w", "-t", "60", "stop",
+                     check=False)
+
+    def restart(self, mode="fast", extra_env=None):
+        self.stop(mode)
+        self.start(extra_env)
+
+    def connect(self, dbname="postgres", autocommit=True, **kwargs):
+        return psycopg.connect(host=self.dir, user="postgres", dbname=dbname,
+                               autocommit=autocommit, **kwargs)
+
+    def sql(self, query, params=None, dbname="postgres"):
+        """Runs one statement on a fresh connection and returns its rows."""
+        with self.connect(dbname) as conn:
+            cur = conn.execute(query, params)
+            return cur.fetchall() if cur.description else []
+
+    def new_database(self, extension=True):
+        name = f"idgen_{next(_names)}"
+        self.sql(f"CREATE DATABASE {name}")
+        if extension:
+            self.sql("CREATE EXTENSION pg_idgen", dbname=name)
+        return name
+
+    def client(self, *args, check=True):
+        """Runs a client program (pg_dump, psql, pg_basebackup) against it."""
+        return subprocess.run([f"{PG_BIN}/{args[0]}", "-h", self.dir, "-U", "postgres", *args[1:]],
+                              check=check, capture_output=True, text=True)
+
+    def destroy(self):
+        self.stop("immediate")
+        shutil.rmtree(self.dir, ignore_errors=True)
