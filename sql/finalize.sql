@@ -1,5 +1,13 @@
 -- pg_idgen finalize: views over the generated functions, and privileges.
 
+-- Drawing segment IDs advances id_segment: like nextval() on a sequence, it
+-- needs a grant (GRANT EXECUTE ON FUNCTION segment_nextval(text) TO app).
+-- Creating and dropping tags also needs write access to id_segment itself.
+REVOKE ALL ON FUNCTION segment_nextval(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION segment_nextval(text, int) FROM PUBLIC;
+REVOKE ALL ON FUNCTION segment_create(text, bigint, int) FROM PUBLIC;
+REVOKE ALL ON FUNCTION segment_drop(text) FROM PUBLIC;
+
 CREATE VIEW segment_status AS SELECT * FROM segment_status();
 COMMENT ON VIEW segment_status IS 'pg_idgen: one row per (database, tag) cached in shared memory';
 

@@ -68,3 +68,36 @@ def wait_for(predicate, timeout=10.0, interval=0.05):
             return True
         time.sleep(interval)
     return predicate()
+
+
+# ---------------------------------------------------------------------------
+# The torture suite's tally, printed at the end of the run.
+
+TORTURE = {"rounds": 0, "ids_checked": 0, "duplicates": 0, "errors": {}}
+
+
+@pytest.fixture
+def torture():
+    """Where torture tests count rounds, IDs checked, duplicates and errors."""
+    return TORTURE
+
+
+def count_error(tally, error):
+    kind = getattr(error, "sqlstate", None) or type(error).__name__
+    name = f"{type(error).__name__} ({kind})" if kind != type(error).__name__ else kind
+    tally["errors"][name] = tally["errors"].get(name, 0) + 1
+
+
+def check_unique(tally, ids):
+    """Counts the IDs and duplicates into the tally, then asserts none."""
+    tally["ids_checked"] += len(ids)
+    tally["duplicates"] += len(ids) - len(set(ids))
+    assert_unique(ids)
+
+
+def pytest_terminal_summary(terminalreporter):
+    if TORTURE["rounds"] or TORTURE["ids_checked"]:
+        errors = ", ".join(f"{k}: {v}" for k, v in sorted(TORTURE["errors"].items())) or "none"
+        terminalreporter.write_line(
+            f"torture: {TORTURE['rounds']} rounds, {TORTURE['ids_checked']:,} IDs checked, "
+            f"{TORTURE['duplicates']} duplicates; errors by kind: {errors}")
