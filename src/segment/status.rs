@@ -8,7 +8,9 @@ use super::sql::registry_or_raise;
 use pgrx::prelude::*;
 use std::sync::atomic::Ordering;
 
-fn database_name(oid: u32) -> String {
+/// The name of database `oid` (its number if it is gone); needs a
+/// transaction.
+pub fn database_name(oid: u32) -> String {
     // SAFETY: called from a SQL function, inside a transaction.
     let name = unsafe { pg_sys::get_database_name(pg_sys::Oid::from(oid)) };
     if name.is_null() {

@@ -56,17 +56,7 @@ pub fn ensure_running(database: u32) -> Result<(), IdgenError> {
         .load_dynamic();
     if started.is_err() {
         registry.abandon_worker_start(database);
-        // SAFETY: called in a backend with a transaction (the caller is a
-        // SQL function); the name is palloc'd or NULL.
-        let name = unsafe { pg_sys::get_database_name(pg_sys::Oid::from(database)) };
-        let database = if name.is_null() {
-            database.to_string()
-        } else {
-            // SAFETY: a NUL-terminated palloc'd string.
-            unsafe { std::ffi::CStr::from_ptr(name) }
-                .to_string_lossy()
-                .into_owned()
-        };
+        let database = super::status::database_name(database);
         return Err(IdgenError::WorkerNotStarted { database });
     }
     Ok(())

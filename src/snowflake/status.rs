@@ -8,48 +8,6 @@ use pgrx::datum::TimestampWithTimeZone;
 use pgrx::prelude::*;
 use std::sync::atomic::Ordering;
 
-type StatusRow = (
-    name!(generator, String),
-    name!(machine_id, i32),
-    name!(time_bits, i32),
-    name!(machine_bits, i32),
-    name!(sequence_bits, i32),
-    name!(epoch, TimestampWithTimeZone),
-    name!(last_issued, Option<TimestampWithTimeZone>),
-    name!(lead_ms, Option<i64>),
-    name!(persisted_until, Option<TimestampWithTimeZone>),
-    name!(restarted_above, Option<TimestampWithTimeZone>),
-    name!(clock_backwards, i64),
-    name!(lead_waits, i64),
-    name!(persist_waits, i64),
-    name!(ids_issued, i64),
-    name!(keeper_pid, Option<i32>),
-);
-
-fn row(name: &str, g: &Generator, machine: i64, restarted_above: i64, keeper: i32) -> StatusRow {
-    let layout = g.layout();
-    let issued = g.stats.issued.load(Ordering::Relaxed) as i64;
-    let last_ms = layout.epoch_ms + g.last_time();
-    let persisted = g.persisted_limit();
-    (
-        name.to_string(),
-        machine as i32,
-        layout.time_bits as i32,
-        layout.machine_bits as i32,
-        layout.sequence_bits as i32,
-        to_timestamptz(layout.epoch_ms),
-        (issued > 0).then(|| to_timestamptz(last_ms)),
-        (issued > 0).then(|| last_ms - now_unix_ms()),
-        (persisted >= 0).then(|| to_timestamptz(layout.epoch_ms + persisted)),
-        (restarted_above > 0).then(|| to_timestamptz(restarted_above)),
-        g.stats.clock_backwards.load(Ordering::Relaxed) as i64,
-        g.stats.lead_waits.load(Ordering::Relaxed) as i64,
-        g.stats.persist_waits.load(Ordering::Relaxed) as i64,
-        issued,
-        (keeper > 0).then_some(keeper),
-    )
-}
-
 // The row type must be spelled out for pgrx to derive the SQL columns.
 #[allow(clippy::type_complexity)]
 #[pg_extern(name = "snowflake_status", volatile)]
@@ -74,23 +32,35 @@ fn snowflake_status_rows() -> TableIterator<
     ),
 > {
     let state = snowflake_or_raise();
-    let restarted = state.restarted_above_unix_ms.load(Ordering::Relaxed);
+    // One row per generator.
+    let restarted_above = state.restarted_above_unix_ms.load(Ordering::Relaxed);
     let keeper = state.keeper_pid.load(Ordering::Relaxed);
-    let mut rows: Vec<StatusRow> = vec![row(
-        "default",
-        &state.main,
-        state.main.machine(),
-        restarted,
-        keeper,
-    )];
+    let row = |name: &str, g: &Generator| {
+        let layout = g.layout();
+        let issued = g.stats.issued.load(Ordering::Relaxed) as i64;
+        let last_ms = layout.epoch_ms + g.last_time();
+        let persisted = g.persisted_limit();
+        (
+            name.to_string(),
+            g.machine() as i32,
+            layout.time_bits as i32,
+            layout.machine_bits as i32,
+            layout.sequence_bits as i32,
+            to_timestamptz(layout.epoch_ms),
+            (issued > 0).then(|| to_timestamptz(last_ms)),
+            (issued > 0).then(|| last_ms - now_unix_ms()),
+            (persisted >= 0).then(|| to_timestamptz(layout.epoch_ms + persisted)),
+            (restarted_above > 0).then(|| to_timestamptz(restarted_above)),
+            g.stats.clock_backwards.load(Ordering::Relaxed) as i64,
+            g.stats.lead_waits.load(Ordering::Relaxed) as i64,
+            g.stats.persist_waits.load(Ordering::Relaxed) as i64,
+            issued,
+            (keeper > 0).then_some(keeper),
+        )
+    };
+    let mut rows = vec![row("default", &state.main)];
     if state.javascript_ok.load(Ordering::Relaxed) {
-        rows.push(row(
-            "javascript",
-            &state.javascript,
-            state.javascript.machine(),
-            restarted,
-            keeper,
-        ));
+        rows.push(row("javascript", &state.javascript));
     }
     TableIterator::new(rows)
 }
