@@ -217,15 +217,23 @@ impl Generator {
         self.persisted_limit.load(Ordering::Acquire)
     }
 
-    /// The mark the worker should persist now, if the persisted one is
-    /// closer than half a `window` ahead of the clocks: `window` ahead of
-    /// the later of the wall clock and the last time issued.
+    /// The mark the keeper should persist now, if any: `window` ahead of
+    /// the wall clock, and at least `window / 8` ahead of the last time
+    /// issued (while time runs ahead of the clock). Rewritten when less than
+    /// half the window is left ahead of the wall clock, or less than
+    /// `window / 16` ahead of the last time issued.
+    ///
+    /// Measuring from the wall clock, not from the last time issued, is
+    /// what keeps rapid crashes from ratcheting time ahead: a restart
+    /// resumes at the old mark, at most `window` ahead of the clock, and
+    /// the next mark adds only `window / 8` to it.
     pub fn mark_to_persist(&self, now_unix_ms: i64, window_ms: i64) -> Option<i64> {
-        let base = (now_unix_ms - self.layout.epoch_ms).max(self.last_time());
+        let now = now_unix_ms - self.layout.epoch_ms;
+        let last = self.last_time();
         let limit = self.persisted_limit();
-        (limit - base < window_ms / 2)
-            .then_some(base + window_ms)
-            .map(|mark| mark.min(self.layout.max_time_ms()))
+        let low = limit < now + window_ms / 2 || limit < last + window_ms / 16;
+        let wanted = (now + window_ms).max(last + window_ms / 8);
+        low.then_some(wanted.min(self.layout.max_time_ms()))
     }
 
     /// Called once `mark` is durably on disk: times up to it may be issued.
@@ -347,12 +355,15 @@ mod tests {
         assert!(g.next_exact(E + 100, 1000).is_ok());
         assert!(g.next_exact(E + 2100, 1000).is_ok());
         assert_eq!(g.next_exact(E + 2101, 1000), Err(Refusal::NotPersisted));
+        // Time issued up to 2100 is ahead of the clock (1000): the mark
+        // keeps the window ahead of the clock, and headroom above 2100.
+        assert_eq!(g.mark_to_persist(E + 1000, 2000), Some(3000));
+        assert_eq!(g.mark_to_persist(E + 1000, 20_000), Some(21_000));
         assert_eq!(
-            g.mark_to_persist(E + 1000, 2000),
-            Some(4100),
-            "last time issued (2100) is the base"
+            g.mark_to_persist(E - 5000, 2000),
+            Some(2350),
+            "the clock far behind: headroom above the last time"
         );
-        assert_eq!(g.mark_to_persist(E - 5000, 20_000), Some(22_100));
     }
 
     #[test]
@@ -445,6 +456,34 @@ mod tests {
         let c = clock(E + 55, Some((E + 50, E + 60)));
         assert_eq!(g.next(&c, 20), Err(Refusal::TooFarAhead { lead_ms: 54 }));
         assert_eq!(c.exact_reads.get(), 1);
+    }
+
+    #[test]
+    fn rapid_restarts_do_not_ratchet_time_ahead_of_the_clock() {
+        const WINDOW: i64 = 2000;
+        let mut now = E;
+        let first = ready(0);
+        let mut mark = Generator::new(layout(), 0, None)
+            .mark_to_persist(now, WINDOW)
+            .unwrap();
+        first.persisted(mark);
+        let mut last_id = first.next_exact(now, 5000).unwrap().id;
+        for _ in 0..100 {
+            // A crash right after the keeper wrote `mark`; the restart
+            // takes 300 ms.
+            now += 300;
+            let restarted = Generator::new(layout(), 0, Some(mark));
+            mark = restarted.mark_to_persist(now, WINDOW).unwrap();
+            restarted.persisted(mark);
+            let id = restarted.next_exact(now, 5000).unwrap().id;
+            assert!(id > last_id);
+            last_id = id;
+        }
+        let lead = mark - (now - E);
+        assert!(
+            lead <= WINDOW + WINDOW / 8,
+            "after 100 quick crashes the mark is {lead} ms ahead of the clock"
+        );
     }
 
     #[test]

@@ -36,10 +36,11 @@ use std::time::Duration;
 pub const STATE_FILE: &str = "pg_idgen_snowflake.state";
 const STATE_FILE_TMP: &str = "pg_idgen_snowflake.state.tmp";
 
-/// How far ahead of the clock the keeper persists the high-water mark. A
-/// restart resumes at most this far ahead of the clock at the crash; the
-/// keeper rewrites the file when less than half of it is left, so at most
-/// one fsync per second in steady state.
+/// How far ahead of the clock the keeper persists the high-water mark
+/// (and at least an eighth of it above the last time issued; see
+/// `Generator::mark_to_persist`). A restart resumes at most about this far
+/// ahead of the clock at the crash; in steady state the file is rewritten
+/// about once a second.
 pub const PERSIST_AHEAD_MS: i64 = 2_000;
 
 /// How often the keeper looks at the generators when nobody wakes it.
