@@ -285,28 +285,31 @@ impl Registry {
         let Some(index) = self.find_locked(database, tag) else {
             return false;
         };
-        let slot = self.slot(index);
-        slot.generation.fetch_add(1, Ordering::SeqCst);
-        slot.active.store(false, Ordering::Release);
-        slot.chain.discard(true);
-        slot.broadcast();
+        self.slot(index).release();
         true
     }
 
-    /// Frees every slot of `database` (its extension was dropped or its
-    /// `id_segment` replaced).
+    /// Frees every slot of `database`, which no longer exists (its slots
+    /// can never be used again).
     pub fn free_database(&self, database: u32) {
         let _exclusive = self.lock(true);
         for (_, slot) in self.slots() {
-            if slot.active.load(Ordering::Relaxed)
-                && slot.database.load(Ordering::Relaxed) == database
-            {
-                slot.generation.fetch_add(1, Ordering::SeqCst);
-                slot.active.store(false, Ordering::Release);
-                slot.chain.discard(true);
-                slot.broadcast();
+            if slot.is_active_in(database) {
+                slot.release();
             }
         }
+    }
+
+    /// The databases that have slots.
+    pub fn databases_in_use(&self) -> Vec<u32> {
+        let mut databases: Vec<u32> = self
+            .slots()
+            .filter(|(_, slot)| slot.is_active())
+            .map(|(_, slot)| slot.database())
+            .collect();
+        databases.sort_unstable();
+        databases.dedup();
+        databases
     }
 
     // ---- workers ----------------------------------------------------------
@@ -479,6 +482,15 @@ impl Slot {
             // SAFETY: the registry lock is held (shared or exclusive) by
             // every caller, so the tag bytes are not being written.
             && unsafe { &(&*self.tag.get())[..tag.len()] } == tag
+    }
+
+    /// Frees the slot (exclusive lock held): new generation first, so a
+    /// backend holding the old one stops taking from the chain.
+    fn release(&self) {
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        self.active.store(false, Ordering::Release);
+        self.chain.discard(true);
+        self.broadcast();
     }
 
     pub fn is_active_in(&self, database: u32) -> bool {

@@ -89,6 +89,22 @@ fn current_table_oid(fcinfo: pg_sys::FunctionCallInfo) -> u32 {
     }
 }
 
+/// Frees the slots of databases that were dropped; returns whether there
+/// were any. Only run when shared memory is full: it reads the catalog.
+fn reclaim_dropped_databases(registry: &Registry) -> bool {
+    let dropped: Vec<u32> = registry
+        .databases_in_use()
+        .into_iter()
+        // SAFETY: a syscache look-up inside the caller's transaction; NULL
+        // means no such database.
+        .filter(|&oid| unsafe { pg_sys::get_database_name(pg_sys::Oid::from(oid)) }.is_null())
+        .collect();
+    for &database in &dropped {
+        registry.free_database(database);
+    }
+    !dropped.is_empty()
+}
+
 /// The slot of `tag` in this database: from the backend's memory, or from
 /// shared memory (assigning a slot if the tag has none), bound to the
 /// current `id_segment` table.
@@ -107,10 +123,13 @@ fn resolve(registry: &Registry, tag: &[u8], table_oid: u32) -> (usize, u64) {
                 RESOLVED.with(|map| map.borrow_mut().insert(tag.to_vec(), (index, generation)));
                 (index, generation)
             }
-            Lookup::Full => IdgenError::TooManyTags {
-                max_tags: registry.max_tags() as i32,
-            }
-            .raise(),
+            Lookup::Full => match reclaim_dropped_databases(registry) {
+                true => return resolve(registry, tag, table_oid),
+                false => IdgenError::TooManyTags {
+                    max_tags: registry.max_tags() as i32,
+                }
+                .raise(),
+            },
         },
     };
     let slot = registry.slot(index);

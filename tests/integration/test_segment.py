@@ -236,7 +236,8 @@ def test_max_id_moved_backwards_is_refused(one_step_cluster):
     cluster.sql("SELECT segment_create('tamper', step => 10)", dbname=db)
     with cluster.connect(db) as conn:
         drawn = [conn.execute("SELECT segment_nextval('tamper')").fetchone()[0] for _ in range(25)]
-        conn.execute("UPDATE id_segment SET max_id = 3 WHERE biz_tag = 'tamper'")
+        # With the version bumped, a refill in flight cannot write over it.
+        conn.execute("UPDATE id_segment SET max_id = 3, version = version + 1 WHERE biz_tag = 'tamper'")
         with pytest.raises(errors.DataException) as caught:
             for _ in range(100):
                 drawn.append(conn.execute("SELECT segment_nextval('tamper')").fetchone()[0])
@@ -260,6 +261,17 @@ def test_too_many_tags_for_shared_memory(make_cluster):
     # Dropping a tag frees its slot.
     c.sql("SELECT segment_drop('t1')")
     assert c.sql("SELECT segment_nextval('t17')") == [(1,)]
+    # So does dropping a database whose tags fill shared memory.
+    c.sql("CREATE DATABASE doomed")
+    c.sql("CREATE EXTENSION pg_idgen", dbname="doomed")
+    c.sql("SELECT segment_create('d')", dbname="doomed")
+    with pytest.raises(errors.ConfigurationLimitExceeded):
+        c.sql("SELECT segment_nextval('d')", dbname="doomed")
+    c.sql("SELECT segment_drop('t2')")
+    assert c.sql("SELECT segment_nextval('d')", dbname="doomed") == [(1,)]
+    c.sql("DROP DATABASE doomed")
+    c.sql("SELECT segment_create('t18')")
+    assert c.sql("SELECT segment_nextval('t18')") == [(1,)]
 
 
 def test_without_preloading_every_function_names_the_setting(make_cluster):
