@@ -256,6 +256,9 @@ fn next_id(registry: &Registry, tag: &[u8], table_oid: u32) -> i64 {
 /// # Safety
 /// `datum` is a non-NULL `text` datum valid for the current call.
 unsafe fn text_bytes<'a>(datum: pg_sys::Datum) -> &'a [u8] {
+    // SAFETY (whole body): `datum` is a valid text datum; a packed short
+    // varlena is returned as is, a toasted one is copied into the current
+    // memory context, which outlives the call.
     let varlena = pg_sys::pg_detoast_datum_packed(datum.cast_mut_ptr());
     let len = pgrx::varlena::varsize_any_exhdr(varlena);
     std::slice::from_raw_parts(pgrx::varlena::vardata_any(varlena) as *const u8, len)
@@ -280,6 +283,8 @@ pub unsafe extern "C-unwind" fn segment_nextval_fast(
 ) -> pg_sys::Datum {
     let registry = registry_or_raise();
     check_writable("segment_nextval()");
+    // SAFETY: the function manager passes a valid fcinfo with one argument
+    // and a valid flinfo; fn_extra is ours (NULL or a CallSite we put there).
     let call = &mut *fcinfo;
     let arg = call.args.as_slice(1)[0];
     if arg.isnull {
@@ -303,6 +308,8 @@ pub unsafe extern "C-unwind" fn segment_nextval_fast(
     // Remember the slot for the next call of this call site.
     let (index, generation) = resolve(registry, tag, table_oid);
     let site = if site.is_null() {
+        // SAFETY: fn_mcxt lives as long as the flinfo, i.e. the whole query;
+        // the zeroed allocation is a valid CallSite.
         let site = pg_sys::MemoryContextAllocZero(flinfo.fn_mcxt, std::mem::size_of::<CallSite>())
             as *mut CallSite;
         (*site).arg_stable = pg_sys::get_fn_expr_arg_stable(flinfo, 0);

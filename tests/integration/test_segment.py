@@ -325,3 +325,16 @@ def test_the_worker_leaves_when_idle_and_comes_back_on_demand(make_cluster):
     assert wait_for(lambda: c.sql(worker_count) == [(0,)], timeout=10), "the idle worker did not leave"
     assert c.sql("SELECT count(segment_nextval('idle')) FROM generate_series(1, 100)") == [(100,)]
     assert "pg_idgen" not in "".join(line for line in c.log().splitlines() if "ERROR" in line)
+
+
+def test_no_room_for_a_refill_worker_is_a_clear_error(make_cluster):
+    # The logical replication launcher and the snowflake keeper take both
+    # worker slots: the refill worker cannot start.
+    c = make_cluster(conf=["max_worker_processes = 2", "pg_idgen.refill_timeout = '2s'"])
+    c.start()
+    c.sql("CREATE EXTENSION pg_idgen")
+    c.sql("SELECT segment_create('crowded')")
+    with pytest.raises(errors.ConfigurationLimitExceeded) as caught:
+        c.sql("SELECT segment_nextval('crowded')")
+    assert 'could not start the pg_idgen refill worker for database "postgres"' in str(caught.value)
+    assert "max_worker_processes" in caught.value.diag.message_hint

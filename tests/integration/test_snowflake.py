@@ -3,6 +3,7 @@ layout's rate, restarts with the clock set back (faketime on the server
 process), crashes, bad settings and standbys."""
 
 import glob
+import os
 import subprocess
 import threading
 import time
@@ -177,3 +178,27 @@ def test_a_machine_id_too_large_for_javascript_refuses_only_the_javascript_ids(m
     with pytest.raises(errors.ObjectNotInPrerequisiteState) as caught:
         c.sql("SELECT snowflake_js_nextval()")
     assert "does not fit the JavaScript-safe layout" in str(caught.value)
+
+
+def test_a_keeper_that_cannot_write_its_file_stops_ids_with_a_clear_error(make_cluster):
+    c = make_cluster(conf=["pg_idgen.snowflake_max_wait = '300ms'"])
+    # A directory where the keeper's temporary file must go: writes fail.
+    os.mkdir(os.path.join(c.data, "pg_idgen_snowflake.state.tmp"))
+    c.start()
+    c.sql("CREATE EXTENSION pg_idgen")
+    with pytest.raises(errors.ObjectNotInPrerequisiteState) as caught:
+        c.sql("SELECT snowflake_nextval()")
+    assert "high-water mark was not written to disk" in str(caught.value)
+    assert "pg_idgen_snowflake.state" in caught.value.diag.message_hint
+    assert "could not write pg_idgen_snowflake.state" in c.log()
+
+
+def test_a_layout_whose_time_has_run_out_is_refused(make_cluster):
+    # 31 bits of milliseconds from 2025-01-01 end 24.8 days later.
+    c = make_cluster(conf=["pg_idgen.snowflake_time_bits = 31", "pg_idgen.snowflake_machine_bits = 20"])
+    c.start()
+    c.sql("CREATE EXTENSION pg_idgen")
+    with pytest.raises(errors.SequenceGeneratorLimitExceeded) as caught:
+        c.sql("SELECT snowflake_nextval()")
+    assert "snowflake time is used up" in str(caught.value)
+    assert "pg_idgen.snowflake_epoch" in caught.value.diag.message_hint
