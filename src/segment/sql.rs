@@ -351,10 +351,10 @@ fn segment_nextval_many(
     }
     check_tag(tag.as_bytes());
     let table_oid = current_table_oid(fcinfo);
-    let ids: Vec<i64> = (0..n)
-        .map(|_| next_id(registry, tag.as_bytes(), table_oid))
-        .collect();
-    SetOfIterator::new(ids)
+    // Drawn one per row as the executor asks, not collected first: n may
+    // be two billion.
+    let tag = tag.as_bytes().to_vec();
+    SetOfIterator::new((0..n).map(move |_| next_id(registry, &tag, table_oid)))
 }
 
 /// The schema-qualified name of `id_segment` beside the calling function.
