@@ -1,6 +1,7 @@
 """Fixtures for the integration tests: throwaway clusters (tests/lib/cluster.py)
 and the assertions the tests share."""
 
+import contextlib
 import os
 import sys
 import time
@@ -48,6 +49,19 @@ def make_cluster():
 def make_module_cluster():
     """Clusters shared by the tests of one module."""
     yield from _cluster_maker()
+
+
+@contextlib.contextmanager
+def row_locked(cluster, dbname, tag):
+    """A session holding `SELECT ... FOR UPDATE` on a tag's id_segment row
+    until the block ends: refills of that tag cannot take a range."""
+    locker = cluster.connect(dbname, autocommit=False)
+    locker.execute("SELECT * FROM id_segment WHERE biz_tag = %s FOR UPDATE", (tag,))
+    try:
+        yield
+    finally:
+        locker.rollback()
+        locker.close()
 
 
 def assert_unique(ids):

@@ -6,7 +6,7 @@ and a waiting backend shows a wait event."""
 import threading
 import time
 
-from conftest import wait_for
+from conftest import row_locked, wait_for
 
 
 def status(cluster, db, tag, *columns):
@@ -81,29 +81,24 @@ def test_table_updates_per_million_ids_fall_as_the_rate_rises(cluster, db):
 
 def test_a_backend_waiting_for_a_refill_shows_a_wait_event(cluster, db):
     cluster.sql("SELECT segment_create('held', step => 100)", dbname=db)
-    locker = cluster.connect(db, autocommit=False)
-    locker.execute("SELECT * FROM id_segment WHERE biz_tag = 'held' FOR UPDATE")
-    waiter = cluster.connect(db)
-    pid = waiter.info.backend_pid
     result = {}
+    with cluster.connect(db) as waiter:
+        pid = waiter.info.backend_pid
 
-    def wait():
-        try:
-            waiter.execute("SET pg_idgen.refill_timeout = '20s'")
-            result["id"] = waiter.execute("SELECT segment_nextval('held')").fetchone()[0]
-        except Exception as e:  # noqa: BLE001 - reported below
-            result["error"] = e
+        def wait():
+            try:
+                waiter.execute("SET pg_idgen.refill_timeout = '20s'")
+                result["id"] = waiter.execute("SELECT segment_nextval('held')").fetchone()[0]
+            except Exception as e:  # noqa: BLE001 - reported below
+                result["error"] = e
 
-    t = threading.Thread(target=wait)
-    t.start()
-    try:
-        seen = wait_for(lambda: cluster.sql(
-            "SELECT wait_event_type, wait_event FROM pg_stat_activity WHERE pid = %s", (pid,)) == [("Extension", "Extension")],
-            timeout=5)
-        assert seen, "the waiting backend shows no Extension wait event"
-    finally:
-        locker.rollback()
-        locker.close()
+        with row_locked(cluster, db, "held"):
+            t = threading.Thread(target=wait)
+            t.start()
+            seen = wait_for(lambda: cluster.sql(
+                "SELECT wait_event_type, wait_event FROM pg_stat_activity WHERE pid = %s", (pid,))
+                == [("Extension", "Extension")], timeout=5)
+            assert seen, "the waiting backend shows no Extension wait event"
+        # The row is free again: the waiting call gets its ID.
         t.join()
-        waiter.close()
     assert result.get("id") == 1, result

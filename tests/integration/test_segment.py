@@ -11,7 +11,7 @@ import psycopg
 import pytest
 from psycopg import errors
 
-from conftest import assert_increasing, assert_unique, wait_for
+from conftest import assert_increasing, assert_unique, row_locked, wait_for
 
 
 def draw_batches(cluster, db, tag, batches, size, use_setof=False):
@@ -189,46 +189,34 @@ def test_drop_extension_right_after_use_and_a_fresh_start(cluster, db):
 
 def test_a_locked_row_ends_in_the_timeout_error_and_work_resumes(cluster, db):
     cluster.sql("SELECT segment_create('locked', step => 100)", dbname=db)
-    locker = cluster.connect(db, autocommit=False)
-    locker.execute("SELECT * FROM id_segment WHERE biz_tag = 'locked' FOR UPDATE")
-    try:
-        with cluster.connect(db) as conn:
-            conn.execute("SET pg_idgen.refill_timeout = '700ms'")
-            started = time.monotonic()
-            with pytest.raises(errors.LockNotAvailable) as caught:
-                conn.execute("SELECT segment_nextval('locked')")
-            waited = time.monotonic() - started
-            assert 0.6 < waited < 5
-            assert "got no new range within pg_idgen.refill_timeout" in str(caught.value)
-            assert caught.value.diag.message_hint.startswith("Check the server log")
-    finally:
-        locker.rollback()
-        locker.close()
+    with row_locked(cluster, db, "locked"), cluster.connect(db) as conn:
+        conn.execute("SET pg_idgen.refill_timeout = '700ms'")
+        started = time.monotonic()
+        with pytest.raises(errors.LockNotAvailable) as caught:
+            conn.execute("SELECT segment_nextval('locked')")
+        waited = time.monotonic() - started
+        assert 0.6 < waited < 5
+        assert "got no new range within pg_idgen.refill_timeout" in str(caught.value)
+        assert caught.value.diag.message_hint.startswith("Check the server log")
     assert cluster.sql("SELECT segment_nextval('locked')", dbname=db) == [(1,)]
 
 
 @pytest.mark.parametrize("how", ["cancel", "statement_timeout", "terminate"])
 def test_a_waiting_call_ends_at_once_on_cancel_timeout_or_terminate(cluster, db, how):
     cluster.sql("SELECT segment_create('w', step => 100)", dbname=db)
-    locker = cluster.connect(db, autocommit=False)
-    locker.execute("SELECT * FROM id_segment WHERE biz_tag = 'w' FOR UPDATE")
-    try:
-        with cluster.connect(db) as conn:
-            conn.execute("SET pg_idgen.refill_timeout = '60s'")
-            if how == "statement_timeout":
-                conn.execute("SET statement_timeout = '400ms'")
-            else:
-                pid = conn.info.backend_pid
-                function = "pg_cancel_backend" if how == "cancel" else "pg_terminate_backend"
-                timer = threading.Timer(0.4, lambda: cluster.sql(f"SELECT {function}(%s)", (pid,)))
-                timer.start()
-            started = time.monotonic()
-            with pytest.raises((errors.QueryCanceled, errors.AdminShutdown, psycopg.OperationalError)):
-                conn.execute("SELECT segment_nextval('w')")
-            assert time.monotonic() - started < 3
-    finally:
-        locker.rollback()
-        locker.close()
+    with row_locked(cluster, db, "w"), cluster.connect(db) as conn:
+        conn.execute("SET pg_idgen.refill_timeout = '60s'")
+        if how == "statement_timeout":
+            conn.execute("SET statement_timeout = '400ms'")
+        else:
+            pid = conn.info.backend_pid
+            function = "pg_cancel_backend" if how == "cancel" else "pg_terminate_backend"
+            timer = threading.Timer(0.4, lambda: cluster.sql(f"SELECT {function}(%s)", (pid,)))
+            timer.start()
+        started = time.monotonic()
+        with pytest.raises((errors.QueryCanceled, errors.AdminShutdown, psycopg.OperationalError)):
+            conn.execute("SELECT segment_nextval('w')")
+        assert time.monotonic() - started < 3
 
 
 def test_max_id_moved_backwards_is_refused(one_step_cluster):
