@@ -37,6 +37,8 @@ struct CallSite {
     /// The argument is a constant or parameter: it cannot change within the
     /// query, so it need not be compared.
     arg_stable: bool,
+    /// The `id_segment` the function belongs to, looked up once per query.
+    table_oid: u32,
     tag_len: usize,
     tag: [u8; TAG_MAX_BYTES],
 }
@@ -241,12 +243,13 @@ fn next_id_slow(registry: &Registry, index: usize, generation: u64, tag: &[u8]) 
     }
 }
 
-/// The next ID of `tag`, resolving it as needed.
-fn next_id(registry: &Registry, tag: &[u8], table_oid: u32) -> i64 {
+/// The next ID of `tag`, resolving it as needed; also returns the slot
+/// `(index, generation)` it came from.
+fn next_id(registry: &Registry, tag: &[u8], table_oid: u32) -> (i64, usize, u64) {
     loop {
         let (index, generation) = resolve(registry, tag, table_oid);
         if let Some(id) = next_id_slow(registry, index, generation, tag) {
-            return id;
+            return (id, index, generation);
         }
     }
 }
@@ -302,22 +305,24 @@ pub unsafe extern "C-unwind" fn segment_nextval_fast(
             }
         }
     }
-    let tag = text_bytes(arg.value);
-    let table_oid = current_table_oid(fcinfo);
-    let id = next_id(registry, tag, table_oid);
-    // Remember the slot for the next call of this call site.
-    let (index, generation) = resolve(registry, tag, table_oid);
-    let site = if site.is_null() {
-        // SAFETY: fn_mcxt lives as long as the flinfo, i.e. the whole query;
-        // the zeroed allocation is a valid CallSite.
-        let site = pg_sys::MemoryContextAllocZero(flinfo.fn_mcxt, std::mem::size_of::<CallSite>())
-            as *mut CallSite;
-        (*site).arg_stable = pg_sys::get_fn_expr_arg_stable(flinfo, 0);
-        flinfo.fn_extra = site.cast();
-        &mut *site
-    } else {
-        &mut *site
+    let site = match site.as_mut() {
+        Some(site) => site,
+        None => {
+            // SAFETY: fn_mcxt lives as long as the flinfo, i.e. the whole
+            // query; the zeroed allocation is a valid CallSite.
+            let site = &mut *(pg_sys::MemoryContextAllocZero(
+                flinfo.fn_mcxt,
+                std::mem::size_of::<CallSite>(),
+            ) as *mut CallSite);
+            site.arg_stable = pg_sys::get_fn_expr_arg_stable(flinfo, 0);
+            site.table_oid = current_table_oid(fcinfo);
+            flinfo.fn_extra = (site as *mut CallSite).cast();
+            site
+        }
     };
+    let tag = text_bytes(arg.value);
+    let (id, index, generation) = next_id(registry, tag, site.table_oid);
+    // Remember the slot for the next call of this call site.
     site.index = index;
     site.generation = generation;
     site.tag_len = tag.len();
@@ -354,7 +359,7 @@ fn segment_nextval_many(
     // Drawn one per row as the executor asks, not collected first: n may
     // be two billion.
     let tag = tag.as_bytes().to_vec();
-    SetOfIterator::new((0..n).map(move |_| next_id(registry, &tag, table_oid)))
+    SetOfIterator::new((0..n).map(move |_| next_id(registry, &tag, table_oid).0))
 }
 
 /// The schema-qualified name of `id_segment` beside the calling function.
