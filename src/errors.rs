@@ -85,6 +85,19 @@ pub enum IdgenError {
         context: &'static str,
         message: String,
     },
+    /// An UPDATE tried to lower `id_segment.max_id`.
+    MaxIdDecrease {
+        tag: String,
+        from: i64,
+        to: i64,
+    },
+    /// The calling transaction wrote or locked the row a refill needs.
+    RowHeldByCaller {
+        tag: String,
+    },
+    /// The function's `id_segment` is gone: the extension was dropped
+    /// while the statement ran.
+    ExtensionDropped,
     /// A refill failed in the worker; the worker's own report, carried over.
     RefillFailed {
         tag: String,
@@ -100,6 +113,27 @@ pub struct StoredError {
     pub sqlstate: i32,
     pub message: String,
     pub hint: String,
+}
+
+impl StoredError {
+    /// Whether the next refill may well succeed (a locked row, a lost
+    /// race, a connection or resource problem): waiting callers keep
+    /// waiting until `refill_timeout`, then report it. Anything else (no
+    /// such row, a bad step, exhaustion) is reported to them at once.
+    pub fn is_transient(&self) -> bool {
+        use PgSqlErrorCode::*;
+        let transient = [
+            ERRCODE_LOCK_NOT_AVAILABLE,
+            ERRCODE_T_R_SERIALIZATION_FAILURE,
+            ERRCODE_T_R_DEADLOCK_DETECTED,
+            ERRCODE_QUERY_CANCELED,
+        ];
+        let class = |code: PgSqlErrorCode| (code as i32) & 0xFFF;
+        let code = PgSqlErrorCode::from(self.sqlstate);
+        transient.contains(&code)
+            || (self.sqlstate & 0xFFF) == class(ERRCODE_CONNECTION_EXCEPTION)
+            || (self.sqlstate & 0xFFF) == class(ERRCODE_INSUFFICIENT_RESOURCES)
+    }
 }
 
 /// The error a refill problem gives the callers waiting on `tag`.
@@ -181,6 +215,9 @@ impl IdgenError {
             IdgenError::BadSnowflakeText { .. } => ERRCODE_INVALID_TEXT_REPRESENTATION,
             IdgenError::TimestampOutOfRange { .. } => ERRCODE_DATETIME_FIELD_OVERFLOW,
             IdgenError::Internal { .. } => ERRCODE_INTERNAL_ERROR,
+            IdgenError::MaxIdDecrease { .. } => ERRCODE_CHECK_VIOLATION,
+            IdgenError::RowHeldByCaller { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            IdgenError::ExtensionDropped => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             IdgenError::RefillFailed { sqlstate, .. } => PgSqlErrorCode::from(*sqlstate),
         }
     }
@@ -236,6 +273,15 @@ impl IdgenError {
             }
             IdgenError::TimestampOutOfRange { problem } => format!("timestamp out of range for snowflake IDs: {problem}"),
             IdgenError::Internal { context, message } => format!("{context}: {message}"),
+            IdgenError::MaxIdDecrease { tag, from, to } => format!(
+                "id_segment.max_id of segment tag \"{tag}\" cannot move back from {from} to {to}: IDs up to {from} may have been handed out"
+            ),
+            IdgenError::RowHeldByCaller { tag } => format!(
+                "segment tag \"{tag}\" needs a new range, but this transaction has changed or locked its id_segment row"
+            ),
+            IdgenError::ExtensionDropped => {
+                "extension \"pg_idgen\" was dropped while this statement was running".into()
+            }
             IdgenError::RefillFailed { message, .. } => message.clone(),
         }
     }
@@ -278,6 +324,9 @@ impl IdgenError {
             IdgenError::BadSnowflakeText { .. } => "Use the form yyyyMMddHHmmssSSS-machine-sequence in UTC, as snowflake_format() writes it, e.g. 20250623131730192-1-0.".into(),
             IdgenError::TimestampOutOfRange { .. } => "Pass a finite timestamp between pg_idgen.snowflake_epoch and the end of the layout's time bits.".into(),
             IdgenError::Internal { .. } => "This is a bug in pg_idgen; please report it with the server log.".into(),
+            IdgenError::MaxIdDecrease { .. } => "Leave max_id where it is. To lower it on purpose, knowing that IDs above the new value will be handed out again, a superuser runs the UPDATE after SET LOCAL pg_idgen.allow_max_id_decrease = on in the same transaction.".into(),
+            IdgenError::RowHeldByCaller { .. } => "Commit or roll back the change to the id_segment row first (the refill worker waits for it), or draw the IDs before changing the row.".into(),
+            IdgenError::ExtensionDropped => "Run the statement again; IDs cached before the drop are never handed out.".into(),
             IdgenError::RefillFailed { hint, .. } => hint.clone(),
         }
     }

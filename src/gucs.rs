@@ -22,6 +22,9 @@ pub static MAX_IDS_AHEAD: GucSetting<i32> = GucSetting::<i32>::new(10_000_000);
 /// How long a database's refill worker stays without work before it leaves.
 pub static WORKER_IDLE_TIMEOUT_S: GucSetting<i32> = GucSetting::<i32>::new(60);
 
+/// Lets a superuser's transaction lower `id_segment.max_id` on purpose.
+pub static ALLOW_MAX_ID_DECREASE: GucSetting<bool> = GucSetting::<bool>::new(false);
+
 pub fn register() {
     GucRegistry::define_int_guc(
         c"pg_idgen.max_tags",
@@ -72,6 +75,14 @@ pub fn register() {
         86_400,
         GucContext::Sighup,
         GucFlags::UNIT_S,
+    );
+    GucRegistry::define_bool_guc(
+        c"pg_idgen.allow_max_id_decrease",
+        c"Lets an UPDATE lower id_segment.max_id, which is otherwise refused because IDs up to it may have been handed out.",
+        c"Superusers only; set it with SET LOCAL in the transaction that lowers max_id on purpose, knowing that IDs above the new value can be handed out again.",
+        &ALLOW_MAX_ID_DECREASE,
+        GucContext::Suset,
+        GucFlags::default(),
     );
 }
 

@@ -8,6 +8,7 @@
 use pgrx::prelude::*;
 
 pub mod errors;
+mod failpoints;
 pub mod gucs;
 pub mod segment;
 mod shmem;
@@ -34,6 +35,7 @@ pub extern "C-unwind" fn _PG_init() {
     // A bad snowflake setting raises here, which stops the server start.
     snowflake::shared::load_config();
     shmem::install_hooks();
+    segment::lifecycle::install_hook();
     snowflake::shared::register_keeper();
 }
 

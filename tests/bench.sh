@@ -8,6 +8,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
 bash tests/setup.sh
+echo; echo "== installing pg_idgen without the test-only failpoints"
+cargo pgrx install --release --pg-config /usr/lib/postgresql/15/bin/pg_config 2>&1 | grep -E 'Finished|error' || true
 
 echo; echo "== installing the benchmark's floor extension (idgen_floor)"
 (cd tests/bench/floor && CARGO_TARGET_DIR="$PWD/../../../target" \

@@ -37,5 +37,5 @@ if ! .venv/bin/python -c 'import psycopg, pytest' 2>/dev/null; then
 fi
 
 step "building and installing pg_idgen (release)"
-cargo pgrx install --release --pg-config "$PG_CONFIG" 2>&1 | grep -E 'Installing|Finished|error|warning' || true
+cargo pgrx install --release --features failpoints --pg-config "$PG_CONFIG" 2>&1 | grep -E 'Installing|Finished|error|warning' || true
 test -f /usr/lib/postgresql/15/lib/pg_idgen.so

@@ -24,7 +24,7 @@ cargo pgrx test pg15 --runas postgres --pgdata "$work/pgrx-data"
 # cargo pgrx test installed its debug build with the test schema; put the
 # release build back for the rest of the suite.
 echo; echo "== reinstalling the release build"
-cargo pgrx install --release --pg-config /usr/lib/postgresql/15/bin/pg_config 2>&1 | grep -E 'Finished|error' || true
+cargo pgrx install --release --features failpoints --pg-config /usr/lib/postgresql/15/bin/pg_config 2>&1 | grep -E 'Finished|error' || true
 
 echo; echo "== SQL regression files"
 bash tests/regress/run.sh

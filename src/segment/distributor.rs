@@ -5,9 +5,25 @@
 //! ```sql
 //! SELECT max_id, step, version FROM <ext schema>.id_segment WHERE biz_tag = $1;
 //! UPDATE <ext schema>.id_segment
-//!    SET max_id = $2, version = version + 1, updated_at = now()
-//!  WHERE biz_tag = $1 AND version = $3;     -- 0 rows: someone else won, read again
+//!    SET max_id = max_id + $2, version = version + 1, updated_at = now()
+//!  WHERE biz_tag = $1 AND version = $3      -- 0 rows: someone else won, read again
+//! RETURNING max_id;                         -- the range is (max_id - $2, max_id]
 //! ```
+//!
+//! The new `max_id` is computed from the row as the UPDATE finds it, not
+//! written as an absolute value, so an outside program that adds `step`
+//! without bumping `version` is never overwritten: the range granted is the
+//! one below the `max_id` the UPDATE returns.
+//!
+//! The worker waits at most `ROW_LOCK_WAIT` for the row lock (a session
+//! holding the row is retried on a later pass), so one tag's trouble never
+//! stalls the other tags of the database. It runs the statements as the
+//! table's owner in a security-restricted context (`as_owner`).
+//!
+//! Backends read the row themselves only on their slow path (`row_state`:
+//! does the tag exist, and did the calling transaction write or lock it?)
+//! and, for a tag created by their own transaction, take ranges in that
+//! transaction (`take_range_in_caller_transaction`).
 //!
 //! It is a plain single-row CAS: no advisory locks, no `ctid`, no
 //! `FOR UPDATE`, so an application, another server or `postgres_fdw` can run
@@ -16,8 +32,14 @@
 //! creates can change what these statements do.
 
 use super::policy::{plan_range, RefillProblem};
+use pgrx::pg_sys;
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
+
+/// How long the worker waits for a row lock before it moves on to the
+/// next tag: long enough for an outside allocator's own short CAS
+/// transaction, short enough that a locked row does not delay other tags.
+pub const ROW_LOCK_WAIT_MS: i32 = 10;
 
 /// A range the worker took from the table: `[first, first + len)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,11 +59,12 @@ const MAX_CAS_ATTEMPTS: u64 = 100;
 struct Table {
     qualified_name: String,
     oid: u32,
+    owner: pg_sys::Oid,
 }
 
 fn find_table(client: &SpiClient<'_>) -> Result<Option<Table>, pgrx::spi::Error> {
     let rows = client.select(
-        "SELECT pg_catalog.quote_ident(n.nspname) OPERATOR(pg_catalog.||) '.id_segment', c.oid \
+        "SELECT pg_catalog.quote_ident(n.nspname) OPERATOR(pg_catalog.||) '.id_segment', c.oid, c.relowner \
            FROM pg_catalog.pg_extension e \
            JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) e.extnamespace \
            JOIN pg_catalog.pg_class c ON c.relnamespace OPERATOR(pg_catalog.=) n.oid \
@@ -56,10 +79,15 @@ fn find_table(client: &SpiClient<'_>) -> Result<Option<Table>, pgrx::spi::Error>
     let row = rows.first();
     let qualified_name: Option<String> = row.get(1)?;
     let oid: Option<pg_sys::Oid> = row.get(2)?;
-    Ok(qualified_name.zip(oid).map(|(qualified_name, oid)| Table {
-        qualified_name,
-        oid: oid.to_u32(),
-    }))
+    let owner: Option<pg_sys::Oid> = row.get(3)?;
+    Ok(match (qualified_name, oid, owner) {
+        (Some(qualified_name), Some(oid), Some(owner)) => Some(Table {
+            qualified_name,
+            oid: oid.to_u32(),
+            owner,
+        }),
+        _ => None,
+    })
 }
 
 /// Takes `steps` steps of `tag`'s row, i.e. `steps * step` IDs (fewer at the
@@ -76,7 +104,6 @@ pub fn take_range(
     steps: u64,
     bound_table: u32,
     handed_out: Option<i64>,
-    lock_timeout_ms: i32,
 ) -> Result<Result<Granted, RefillProblem>, pgrx::spi::Error> {
     Spi::connect_mut(|client| {
         client.update(
@@ -84,19 +111,37 @@ pub fn take_range(
                     pg_catalog.set_config('synchronous_commit', 'on', true), \
                     pg_catalog.set_config('lock_timeout', $1, true)",
             None,
-            &[format!("{lock_timeout_ms}ms").into()],
+            &[format!("{ROW_LOCK_WAIT_MS}ms").into()],
         )?;
         let Some(table) = find_table(client)? else {
             return Ok(Err(RefillProblem::NoExtension));
         };
+        as_owner(table.owner, || {
+            cas(client, &table, tag, steps, bound_table, handed_out)
+        })
+    })
+}
+
+/// The CAS loop of `take_range`, run as the table's owner.
+fn cas(
+    client: &mut SpiClient<'_>,
+    table: &Table,
+    tag: &str,
+    steps: u64,
+    bound_table: u32,
+    handed_out: Option<i64>,
+) -> Result<Result<Granted, RefillProblem>, pgrx::spi::Error> {
+    {
         let handed_out = handed_out.filter(|_| bound_table == 0 || bound_table == table.oid);
         let read = format!(
             "SELECT max_id, step::pg_catalog.int8, version FROM {} WHERE biz_tag OPERATOR(pg_catalog.=) $1",
             table.qualified_name
         );
         let write = format!(
-            "UPDATE {} SET max_id = $2, version = version OPERATOR(pg_catalog.+) 1, updated_at = pg_catalog.now() \
-              WHERE biz_tag OPERATOR(pg_catalog.=) $1 AND version OPERATOR(pg_catalog.=) $3",
+            "UPDATE {} SET max_id = max_id OPERATOR(pg_catalog.+) $2, version = version OPERATOR(pg_catalog.+) 1, \
+                    updated_at = pg_catalog.now() \
+              WHERE biz_tag OPERATOR(pg_catalog.=) $1 AND version OPERATOR(pg_catalog.=) $3 \
+          RETURNING max_id",
             table.qualified_name
         );
         let mut cas_conflicts = 0;
@@ -118,11 +163,11 @@ pub fn take_range(
             let updated = client.update(
                 write.as_str(),
                 None,
-                &[tag.into(), plan.new_max_id.into(), version.into()],
+                &[tag.into(), (plan.len as i64).into(), version.into()],
             )?;
-            if updated.len() == 1 {
+            if let Some(new_max_id) = updated.first().get::<i64>(1).ok().flatten() {
                 return Ok(Ok(Granted {
-                    first: plan.first,
+                    first: new_max_id - (plan.len as i64 - 1),
                     len: plan.len,
                     step,
                     table_oid: table.oid,
@@ -134,5 +179,143 @@ pub fn take_range(
         Ok(Err(RefillProblem::CasContention {
             attempts: cas_conflicts,
         }))
+    }
+}
+
+/// Whether the calling transaction can see `tag`'s row, and whether it has
+/// written or locked that row itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RowState {
+    /// The table itself is gone (the extension was dropped).
+    NoTable,
+    /// No row visible to the caller (never created, dropped, or created by
+    /// a transaction that has not committed).
+    Missing,
+    /// The row is there and the caller's transaction has not touched it.
+    Free,
+    /// The caller's transaction inserted, updated, deleted or locked the
+    /// row: the refill worker would wait for it to end.
+    HeldByCaller,
+}
+
+/// Looks `tag`'s row up in table `table_oid` with the caller's snapshot,
+/// reading the tuple header for who wrote or locked it. A direct index
+/// scan: it needs no privilege on the table (like `nextval()`, which needs
+/// none on the sequence's heap), and its lock on the table is released at
+/// once, so the caller's transaction keeps no lock on `id_segment`.
+pub fn row_state(table_oid: u32, tag: &[u8]) -> RowState {
+    let tag = std::ffi::CString::new(tag).unwrap_or_default();
+    // SAFETY: inside a transaction with an active snapshot (a SQL function
+    // call); every open/begin is matched by its close/end below, and an
+    // ERROR in between is cleaned up by the transaction's abort.
+    unsafe {
+        let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
+        let relation = pg_sys::try_table_open(pg_sys::Oid::from(table_oid), lock);
+        if relation.is_null() {
+            return RowState::NoTable;
+        }
+        let index = pg_sys::RelationGetPrimaryKeyIndex(relation);
+        let mut key: pg_sys::ScanKeyData = std::mem::zeroed();
+        pg_sys::ScanKeyInit(
+            &mut key,
+            1, // biz_tag
+            pg_sys::BTEqualStrategyNumber as pg_sys::StrategyNumber,
+            pg_sys::Oid::from(pg_sys::F_TEXTEQ),
+            pg_sys::Datum::from(pg_sys::cstring_to_text(tag.as_ptr())),
+        );
+        let snapshot = if pg_sys::ActiveSnapshotSet() {
+            pg_sys::GetActiveSnapshot()
+        } else {
+            pg_sys::GetTransactionSnapshot()
+        };
+        let scan = pg_sys::systable_beginscan(
+            relation,
+            index,
+            index != pg_sys::InvalidOid,
+            snapshot,
+            1,
+            &mut key,
+        );
+        let tuple = pg_sys::systable_getnext(scan);
+        let state = match tuple.as_ref() {
+            None => RowState::Missing,
+            Some(tuple) => {
+                let header = &*tuple.t_data;
+                let xmin = header.t_choice.t_heap.t_xmin;
+                let xmax = header.t_choice.t_heap.t_xmax;
+                let infomask = u32::from(header.t_infomask);
+                let xmax_is_ours = infomask & pg_sys::HEAP_XMAX_INVALID == 0
+                    && infomask & pg_sys::HEAP_XMAX_IS_MULTI == 0
+                    && pg_sys::TransactionIdIsCurrentTransactionId(xmax);
+                if pg_sys::TransactionIdIsCurrentTransactionId(xmin) || xmax_is_ours {
+                    RowState::HeldByCaller
+                } else {
+                    RowState::Free
+                }
+            }
+        };
+        pg_sys::systable_endscan(scan);
+        pg_sys::table_close(relation, lock);
+        state
+    }
+}
+
+/// Takes `steps` steps of `tag`'s row in the *caller's* transaction, for a
+/// tag that transaction created: nobody else can see the row until it
+/// commits, and if it rolls back the tag never existed. Never below
+/// `above` (IDs this transaction already handed out, in case a rolled-back
+/// savepoint took `max_id` back). Returns the range `[first, last]`.
+pub fn take_range_in_caller_transaction(
+    table_name: &str,
+    owner: pg_sys::Oid,
+    tag: &str,
+    steps: i64,
+    above: i64,
+) -> Result<Option<(i64, i64)>, pgrx::spi::Error> {
+    let update = format!(
+        "UPDATE {table_name} \
+            SET max_id = GREATEST(max_id, $3) OPERATOR(pg_catalog.+) step::pg_catalog.int8 OPERATOR(pg_catalog.*) $2, \
+                version = version OPERATOR(pg_catalog.+) 1, updated_at = pg_catalog.now() \
+          WHERE biz_tag OPERATOR(pg_catalog.=) $1 \
+      RETURNING GREATEST(max_id OPERATOR(pg_catalog.-) step::pg_catalog.int8 OPERATOR(pg_catalog.*) $2, $3) OPERATOR(pg_catalog.+) 1, max_id"
+    );
+    as_owner(owner, || {
+        Spi::connect_mut(|client| {
+            let rows = client.update(
+                update.as_str(),
+                Some(1),
+                &[tag.into(), steps.into(), above.into()],
+            )?;
+            if rows.is_empty() {
+                return Ok(None);
+            }
+            let row = rows.first();
+            Ok(row.get::<i64>(1)?.zip(row.get::<i64>(2)?))
+        })
     })
+}
+
+/// Runs `body` as `owner` in a security-restricted context, as autovacuum
+/// and `REFRESH MATERIALIZED VIEW` run a table owner's code: triggers,
+/// policies or index expressions on `id_segment` run with the owner's
+/// rights, never the caller's or the bootstrap superuser's, and cannot
+/// change the session's role. An ERROR in `body` unwinds to a
+/// (sub)transaction abort, which restores the user id itself.
+pub fn as_owner<R>(owner: pg_sys::Oid, body: impl FnOnce() -> R) -> R {
+    let mut saved_user = pg_sys::InvalidOid;
+    let mut saved_context = 0;
+    // SAFETY: plain reads and writes of the backend's current user id.
+    unsafe {
+        pg_sys::GetUserIdAndSecContext(&mut saved_user, &mut saved_context);
+        pg_sys::SetUserIdAndSecContext(
+            owner,
+            saved_context
+                | pg_sys::SECURITY_LOCAL_USERID_CHANGE as i32
+                | pg_sys::SECURITY_RESTRICTED_OPERATION as i32,
+        );
+    }
+    let result = body();
+    // SAFETY: restores what was read above.
+    unsafe { pg_sys::SetUserIdAndSecContext(saved_user, saved_context) };
+    result
 }

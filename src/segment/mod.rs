@@ -8,10 +8,14 @@
 //!   protocol.
 //! * `distributor`: the version-CAS on `id_segment` (SPI).
 //! * `worker`: the per-database refill worker.
+//! * `lifecycle`: frees cached ranges when DDL drops their table or database.
+//! * `guard`: the trigger that keeps `id_segment.max_id` from moving back.
 //! * `sql`, `status`: the SQL functions and the status view.
 
 pub mod chain;
 pub mod distributor;
+pub mod guard;
+pub mod lifecycle;
 pub mod policy;
 pub mod registry;
 pub mod sql;

@@ -184,6 +184,14 @@ impl Drop for Locked<'_> {
     }
 }
 
+/// A slot's owner and generation, read together under the lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlotIdentity {
+    pub database: u32,
+    pub tag: String,
+    pub generation: u64,
+}
+
 pub enum Lookup {
     Found { index: usize, generation: u64 },
     Full,
@@ -289,8 +297,47 @@ impl Registry {
         true
     }
 
-    /// Frees every slot of `database`, which no longer exists (its slots
-    /// can never be used again).
+    /// Frees slot `index` if it still has `generation` (its row is gone).
+    pub fn free_generation(&self, index: usize, generation: u64) {
+        let _exclusive = self.lock(true);
+        let slot = self.slot(index);
+        if slot.is_active() && slot.generation.load(Ordering::Acquire) == generation {
+            slot.release();
+        }
+    }
+
+    /// Whether any slot belongs to `database` (no lock: a hint for the
+    /// drop hook, which then takes the lock).
+    pub fn has_slots_in(&self, database: u32) -> bool {
+        self.slots().any(|(_, slot)| slot.is_active_in(database))
+    }
+
+    /// A refill worker for `database` exited before it attached: frees its
+    /// starting entry and stores `error` in every slot of the database, so
+    /// that waiting callers report it instead of a timeout.
+    pub fn worker_start_failed(&self, database: u32, error: &StoredError) {
+        let exclusive = self.lock(true);
+        if let Some(i) = self.worker_index_locked(database) {
+            let entry = self.worker(i);
+            if entry.state.load(Ordering::Relaxed) == WORKER_STARTING {
+                entry.state.store(WORKER_NONE, Ordering::SeqCst);
+            }
+        }
+        for (_, slot) in self.slots() {
+            if slot.is_active_in(database) {
+                slot.set_error(&exclusive, error);
+            }
+        }
+        drop(exclusive);
+        for (_, slot) in self.slots() {
+            if slot.is_active_in(database) {
+                slot.broadcast();
+            }
+        }
+    }
+
+    /// Frees every slot of `database`: it was dropped, or its `id_segment`
+    /// was (its cached ranges must never be handed out again).
     pub fn free_database(&self, database: u32) {
         let _exclusive = self.lock(true);
         for (_, slot) in self.slots() {
@@ -559,12 +606,22 @@ impl Slot {
         len: u64,
         mark: u64,
     ) -> Result<(), PublishError> {
-        self.bind_table(_locked, table_oid);
+        self.rebind(table_oid);
         self.chain.publish(first, len, mark)
     }
 
-    /// Binds the slot to `table_oid`, dropping ranges from any other table.
-    pub fn bind_table(&self, _locked: &Locked<'_>, table_oid: u32) {
+    /// Binds the slot to `table_oid`, dropping ranges from any other table
+    /// (exclusive lock held), if the slot still has `generation`; returns
+    /// false if it was freed or reassigned meanwhile.
+    pub fn bind_table(&self, _locked: &Locked<'_>, generation: u64, table_oid: u32) -> bool {
+        if self.generation.load(Ordering::Acquire) != generation {
+            return false;
+        }
+        self.rebind(table_oid);
+        true
+    }
+
+    fn rebind(&self, table_oid: u32) {
         let bound = self.table_oid.load(Ordering::Acquire);
         if bound != table_oid {
             if bound != 0 {
@@ -572,6 +629,22 @@ impl Slot {
             }
             self.table_oid.store(table_oid, Ordering::Release);
         }
+    }
+
+    /// Who the slot belongs to, read as one under the registry lock:
+    /// `None` if it is free.
+    pub fn identity(&self, _locked: &Locked<'_>) -> Option<SlotIdentity> {
+        if !self.active.load(Ordering::Acquire) {
+            return None;
+        }
+        let len = self.tag_len.load(Ordering::Relaxed) as usize;
+        // SAFETY: the caller holds the registry lock (witnessed by `_locked`).
+        let bytes = unsafe { &(&*self.tag.get())[..len] };
+        Some(SlotIdentity {
+            database: self.database.load(Ordering::Relaxed),
+            tag: String::from_utf8_lossy(bytes).into_owned(),
+            generation: self.generation.load(Ordering::Acquire),
+        })
     }
 
     pub fn status(&self) -> ChainStatus {

@@ -3,17 +3,28 @@
 //!
 //! `segment_nextval(text)` is a hand-written V1 C function rather than a
 //! `#[pg_extern]`, because its speed is the product: it keeps the resolved
-//! slot in `flinfo->fn_extra`, so when the tag argument is a constant (or a
-//! parameter) the text is never looked at again for the rest of the query;
-//! a varying argument costs one `memcmp` against the previous tag. A backend
-//! also remembers every tag it has resolved, so shared memory is searched
-//! (under the registry lock) once per tag per backend.
+//! slot in `flinfo->fn_extra`. When the tag argument is a `Const` in the
+//! calling expression, the text is never looked at again for the rest of
+//! the query; any other argument — a column, a bind parameter, a PL/pgSQL
+//! variable or `NEW` field, a function parameter — can change between calls
+//! that share one `fn_extra` (PL/pgSQL keeps an expression's state for the
+//! whole session), so it costs one comparison of at most 64 bytes against
+//! the previous tag. A backend also remembers every tag it has resolved, so
+//! shared memory is searched (under the registry lock) once per tag per
+//! backend.
 //!
 //! The fast path is: the registry pointer, `XactReadOnly`, one `fetch_add`
 //! on the tag's chain and a generation check. Everything else — resolving,
 //! waking or starting the worker, waiting for a refill — is the slow path.
+//!
+//! A tag gets a slot in shared memory only once its row is visible to the
+//! caller (`distributor::row_state`), so made-up tags fill nothing. A tag
+//! whose row the calling transaction created takes its ranges in that
+//! transaction (`TxnRanges`): the worker cannot see the row yet, and if the
+//! transaction rolls back the tag never existed.
 
 use super::chain::Taken;
+use super::distributor::{self, RowState};
 use super::registry::{registry, Lookup, Registry};
 use super::worker;
 use crate::errors::{IdgenError, TAG_MAX_BYTES};
@@ -32,21 +43,41 @@ const WAIT_SLICE: Duration = Duration::from_millis(50);
 /// What a call site remembers across calls, in `fn_extra`.
 #[repr(C)]
 struct CallSite {
+    /// `index` and `generation` name a slot (false: the last call was
+    /// served from the transaction's own ranges, or none yet).
+    has_slot: bool,
     index: usize,
     generation: u64,
-    /// The argument is a constant or parameter: it cannot change within the
-    /// query, so it need not be compared.
-    arg_stable: bool,
+    /// The argument is a `Const`: it cannot change within the query, so it
+    /// need not be compared.
+    arg_is_const: bool,
     /// The `id_segment` the function belongs to, looked up once per query.
     table_oid: u32,
     tag_len: usize,
     tag: [u8; TAG_MAX_BYTES],
 }
 
+/// IDs of a tag created by the current transaction, taken from its row in
+/// that transaction. Discarded when the transaction ends.
+struct TxnRange {
+    transaction: pg_sys::TransactionId,
+    next: i64,
+    last: i64,
+    /// Largest ID handed out from it: never again, even if a savepoint
+    /// rollback takes the row's `max_id` back.
+    handed_out: i64,
+    refills: u32,
+}
+
 thread_local! {
     /// Tags this backend has resolved: `tag → (slot index, generation)`.
     /// PostgreSQL backends are single-threaded, so this is per backend.
     static RESOLVED: RefCell<HashMap<Vec<u8>, (usize, u64)>> = RefCell::new(HashMap::new());
+    /// Tags `segment_create` made in this backend, with the top-level
+    /// transaction that made them.
+    static CREATED: RefCell<HashMap<Vec<u8>, pg_sys::TransactionId>> = RefCell::new(HashMap::new());
+    /// Ranges of tags created by the current transaction.
+    static TXN_RANGES: RefCell<HashMap<Vec<u8>, TxnRange>> = RefCell::new(HashMap::new());
 }
 
 pub fn registry_or_raise() -> &'static Registry {
@@ -56,6 +87,11 @@ pub fn registry_or_raise() -> &'static Registry {
 fn database() -> u32 {
     // SAFETY: MyDatabaseId is set once the backend connects.
     unsafe { pg_sys::MyDatabaseId }.to_u32()
+}
+
+fn top_transaction() -> pg_sys::TransactionId {
+    // SAFETY: plain read of the backend's transaction state.
+    unsafe { pg_sys::GetTopTransactionIdIfAny() }
 }
 
 /// Refuses to hand out IDs where `nextval` would refuse too.
@@ -80,14 +116,43 @@ pub fn check_tag(tag: &[u8]) {
     }
 }
 
-/// The OID of the `id_segment` table beside the called function (0 if it
-/// is gone). Ranges cached from another table (an extension dropped and
-/// created again) must not be handed out for this one.
-fn current_table_oid(fcinfo: pg_sys::FunctionCallInfo) -> u32 {
-    // SAFETY: fcinfo is the current call's; both look-ups read the syscache.
+fn tag_text(tag: &[u8]) -> String {
+    String::from_utf8_lossy(tag).into_owned()
+}
+
+/// The OID of the `id_segment` table beside the function `fn_oid` (0 if it
+/// is gone: the extension was dropped).
+fn table_of_function(fn_oid: pg_sys::Oid) -> u32 {
+    // SAFETY: both look-ups read the syscache inside the caller's
+    // transaction; a dropped function has no namespace (InvalidOid).
     unsafe {
-        let namespace = pg_sys::get_func_namespace((*(*fcinfo).flinfo).fn_oid);
+        let namespace = pg_sys::get_func_namespace(fn_oid);
+        if namespace == pg_sys::InvalidOid {
+            return 0;
+        }
         pg_sys::get_relname_relid(c"id_segment".as_ptr(), namespace).to_u32()
+    }
+}
+
+fn current_table_oid(fcinfo: pg_sys::FunctionCallInfo) -> u32 {
+    // SAFETY: fcinfo is the current call's.
+    table_of_function(unsafe { (*(*fcinfo).flinfo).fn_oid })
+}
+
+/// Whether the first argument of the call is a `Const` node: the only kind
+/// of argument that cannot change between calls sharing one `fn_extra`.
+///
+/// # Safety
+/// `flinfo` is the current call's.
+unsafe fn first_arg_is_const(flinfo: &pg_sys::FmgrInfo) -> bool {
+    let expr = flinfo.fn_expr;
+    if expr.is_null() || (*expr).type_ != pg_sys::NodeTag::T_FuncExpr {
+        return false;
+    }
+    let args = pgrx::PgList::<pg_sys::Node>::from_pg((*(expr as *mut pg_sys::FuncExpr)).args);
+    match args.get_ptr(0) {
+        Some(arg) => !arg.is_null() && (*arg).type_ == pg_sys::NodeTag::T_Const,
+        None => false,
     }
 }
 
@@ -107,11 +172,46 @@ fn reclaim_dropped_databases(registry: &Registry) -> bool {
     !dropped.is_empty()
 }
 
-/// The slot of `tag` in this database: from the backend's memory, or from
-/// shared memory (assigning a slot if the tag has none), bound to the
-/// current `id_segment` table.
-fn resolve(registry: &Registry, tag: &[u8], table_oid: u32) -> (usize, u64) {
+/// Where the next ID of a tag comes from.
+enum Source {
+    Slot {
+        index: usize,
+        generation: u64,
+    },
+    /// The tag's row was created by the calling transaction.
+    OwnTransaction,
+}
+
+/// Raises the error for a row the caller cannot draw from now.
+fn check_row(table_oid: u32, tag: &[u8]) -> RowState {
+    let state = distributor::row_state(table_oid, tag);
+    match state {
+        RowState::NoTable => IdgenError::ExtensionDropped.raise(),
+        RowState::Missing => IdgenError::UnknownTag { tag: tag_text(tag) }.raise(),
+        RowState::HeldByCaller if !created_by_this_transaction(tag) => {
+            IdgenError::RowHeldByCaller { tag: tag_text(tag) }.raise()
+        }
+        _ => state,
+    }
+}
+
+fn created_by_this_transaction(tag: &[u8]) -> bool {
+    let top = top_transaction();
+    top != pg_sys::InvalidTransactionId
+        && CREATED.with(|created| created.borrow().get(tag) == Some(&top))
+}
+
+/// The source of `tag` in this database: the transaction's own ranges, the
+/// backend's remembered slot, or a slot from shared memory (assigned now,
+/// once the tag's row is known to exist), bound to table `table_oid`.
+fn resolve(registry: &Registry, tag: &[u8], table_oid: u32) -> Source {
     check_tag(tag);
+    if table_oid == 0 {
+        IdgenError::ExtensionDropped.raise();
+    }
+    if has_txn_range(tag) {
+        return Source::OwnTransaction;
+    }
     let cached =
         RESOLVED
             .with(|map| map.borrow().get(tag).copied())
@@ -120,26 +220,118 @@ fn resolve(registry: &Registry, tag: &[u8], table_oid: u32) -> (usize, u64) {
             });
     let (index, generation) = match cached {
         Some(found) => found,
-        None => match registry.lookup_or_assign(database(), tag) {
-            Lookup::Found { index, generation } => {
-                RESOLVED.with(|map| map.borrow_mut().insert(tag.to_vec(), (index, generation)));
-                (index, generation)
+        None => {
+            if check_row(table_oid, tag) == RowState::HeldByCaller {
+                return Source::OwnTransaction;
             }
-            Lookup::Full => match reclaim_dropped_databases(registry) {
-                true => return resolve(registry, tag, table_oid),
-                false => IdgenError::TooManyTags {
-                    max_tags: registry.max_tags() as i32,
+            match registry.lookup_or_assign(database(), tag) {
+                Lookup::Found { index, generation } => {
+                    RESOLVED.with(|map| map.borrow_mut().insert(tag.to_vec(), (index, generation)));
+                    (index, generation)
                 }
-                .raise(),
-            },
-        },
+                Lookup::Full => match reclaim_dropped_databases(registry) {
+                    true => return resolve(registry, tag, table_oid),
+                    false => IdgenError::TooManyTags {
+                        max_tags: registry.max_tags() as i32,
+                    }
+                    .raise(),
+                },
+            }
+        }
     };
     let slot = registry.slot(index);
-    if table_oid != 0 && slot.table_oid() != table_oid {
+    if slot.table_oid() != table_oid {
         let exclusive = registry.lock(true);
-        slot.bind_table(&exclusive, table_oid);
+        if !slot.bind_table(&exclusive, generation, table_oid) {
+            drop(exclusive);
+            return resolve(registry, tag, table_oid);
+        }
     }
-    (index, generation)
+    Source::Slot { index, generation }
+}
+
+fn has_txn_range(tag: &[u8]) -> bool {
+    let top = top_transaction();
+    TXN_RANGES.with(|ranges| {
+        let mut ranges = ranges.borrow_mut();
+        ranges.retain(|_, range| range.transaction == top);
+        ranges.contains_key(tag)
+    })
+}
+
+/// The next ID of a tag created by the calling transaction, from ranges
+/// taken from its row in that transaction.
+fn next_txn_id(tag: &[u8], table_oid: u32) -> i64 {
+    let top = top_transaction();
+    let from_cache = TXN_RANGES.with(|ranges| {
+        let mut ranges = ranges.borrow_mut();
+        let range = ranges.get_mut(tag).filter(|r| r.transaction == top)?;
+        (range.next <= range.last).then(|| {
+            let id = range.next;
+            range.next += 1;
+            range.handed_out = id;
+            id
+        })
+    });
+    if let Some(id) = from_cache {
+        return id;
+    }
+    let (handed_out, refills) = TXN_RANGES.with(|ranges| {
+        ranges
+            .borrow()
+            .get(tag)
+            .filter(|r| r.transaction == top)
+            .map_or((0, 0), |r| (r.handed_out, r.refills))
+    });
+    // Each refill takes twice the steps of the one before, up to 1024, so
+    // a bulk load in the creating transaction updates the row rarely.
+    let steps = 1i64 << refills.min(10);
+    // SAFETY: relowner of the table, read from the syscache.
+    let owner = unsafe { table_owner(table_oid) };
+    let taken = distributor::take_range_in_caller_transaction(
+        &table_name(table_oid),
+        owner,
+        &tag_text(tag),
+        steps,
+        handed_out,
+    )
+    .unwrap_or_else(|e| {
+        IdgenError::Internal {
+            context: "segment_nextval",
+            message: e.to_string(),
+        }
+        .raise()
+    });
+    let Some((first, last)) = taken else {
+        IdgenError::UnknownTag { tag: tag_text(tag) }.raise()
+    };
+    TXN_RANGES.with(|ranges| {
+        ranges.borrow_mut().insert(
+            tag.to_vec(),
+            TxnRange {
+                transaction: top,
+                next: first + 1,
+                last,
+                handed_out: first,
+                refills: refills + 1,
+            },
+        )
+    });
+    first
+}
+
+/// The owner of relation `table_oid`.
+///
+/// # Safety
+/// Inside a transaction; `table_oid` names an existing relation.
+unsafe fn table_owner(table_oid: u32) -> pg_sys::Oid {
+    let relation = pg_sys::RelationIdGetRelation(pg_sys::Oid::from(table_oid));
+    if relation.is_null() {
+        IdgenError::ExtensionDropped.raise();
+    }
+    let owner = (*(*relation).rd_rel).relowner;
+    pg_sys::RelationClose(relation);
+    owner
 }
 
 /// Asks the database's worker for the next range of a slot.
@@ -165,7 +357,13 @@ fn after_take(registry: &Registry, index: usize, taken: Taken) -> i64 {
 /// The next ID of `tag`'s slot, waiting for a refill if none is cached.
 /// Returns `None` when the slot was freed or reassigned meanwhile (the
 /// caller resolves the tag again).
-fn next_id_slow(registry: &Registry, index: usize, generation: u64, tag: &[u8]) -> Option<i64> {
+fn next_id_slow(
+    registry: &Registry,
+    index: usize,
+    generation: u64,
+    tag: &[u8],
+    table_oid: u32,
+) -> Option<i64> {
     let slot = registry.slot(index);
     if let Some(taken) = slot.take_for(generation) {
         return Some(after_take(registry, index, taken));
@@ -177,8 +375,16 @@ fn next_id_slow(registry: &Registry, index: usize, generation: u64, tag: &[u8]) 
         }
         .raise();
     }
+    // Before waiting for the worker: is there still a row, and is it one
+    // the worker can take from (not one this transaction holds)?
+    if check_row(table_oid, tag) == RowState::HeldByCaller {
+        // Dropped and created again by this transaction.
+        RESOLVED.with(|map| map.borrow_mut().remove(tag));
+        return Some(next_txn_id(tag, table_oid));
+    }
     let timeout = Duration::from_millis(gucs::REFILL_TIMEOUT_MS.get() as u64);
     let errors_before = slot.error_seq.load(Ordering::Acquire);
+    let mut transient_error = None;
     let started = Instant::now();
     slot.stats.waits.fetch_add(1, Ordering::Relaxed);
     // SAFETY: the CV lives in shared memory; a sleep prepared here is
@@ -191,30 +397,35 @@ fn next_id_slow(registry: &Registry, index: usize, generation: u64, tag: &[u8]) 
             .wait_micros
             .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
     };
+    let refill_failed = |e: crate::errors::StoredError| IdgenError::RefillFailed {
+        tag: tag_text(tag),
+        sqlstate: e.sqlstate,
+        message: e.message,
+        hint: e.hint,
+    };
     loop {
         if let Some(taken) = slot.take_for(generation) {
             finish(started);
             return Some(after_take(registry, index, taken));
         }
-        if slot.generation.load(Ordering::Acquire) != generation {
-            finish(started);
-            return None;
-        }
+        // Errors first: a worker that finds the row gone stores the error,
+        // then frees the slot.
         if slot.error_seq.load(Ordering::Acquire) != errors_before {
-            finish(started);
             let stored = {
                 let shared = registry.lock(false);
                 slot.last_error(&shared)
             };
-            if let Some(e) = stored {
-                IdgenError::RefillFailed {
-                    tag: String::from_utf8_lossy(tag).into_owned(),
-                    sqlstate: e.sqlstate,
-                    message: e.message,
-                    hint: e.hint,
+            match stored {
+                Some(e) if e.is_transient() => transient_error = Some(e),
+                Some(e) => {
+                    finish(started);
+                    refill_failed(e).raise();
                 }
-                .raise();
+                None => {}
             }
+        }
+        if slot.generation.load(Ordering::Acquire) != generation {
+            finish(started);
             return None;
         }
         if let Err(e) = request_refill(registry, index) {
@@ -224,11 +435,23 @@ fn next_id_slow(registry: &Registry, index: usize, generation: u64, tag: &[u8]) 
         let waited = started.elapsed();
         if waited >= timeout {
             finish(started);
-            IdgenError::RefillTimeout {
-                tag: String::from_utf8_lossy(tag).into_owned(),
-                waited_ms: waited.as_millis() as i64,
+            match transient_error {
+                // Say what kept the refill from succeeding, and for how long.
+                Some(mut e) => {
+                    e.message = format!(
+                        "segment tag \"{}\" got no new range within pg_idgen.refill_timeout ({} ms): {}",
+                        tag_text(tag),
+                        waited.as_millis(),
+                        e.message
+                    );
+                    refill_failed(e).raise()
+                }
+                None => IdgenError::RefillTimeout {
+                    tag: tag_text(tag),
+                    waited_ms: waited.as_millis() as i64,
+                }
+                .raise(),
             }
-            .raise();
         }
         let sleep = WAIT_SLICE.min(timeout - waited);
         // SAFETY: prepared above; CHECK_FOR_INTERRUPTS inside makes cancel,
@@ -244,12 +467,17 @@ fn next_id_slow(registry: &Registry, index: usize, generation: u64, tag: &[u8]) 
 }
 
 /// The next ID of `tag`, resolving it as needed; also returns the slot
-/// `(index, generation)` it came from.
-fn next_id(registry: &Registry, tag: &[u8], table_oid: u32) -> (i64, usize, u64) {
+/// `(index, generation)` it came from, if it came from one.
+fn next_id(registry: &Registry, tag: &[u8], table_oid: u32) -> (i64, Option<(usize, u64)>) {
     loop {
-        let (index, generation) = resolve(registry, tag, table_oid);
-        if let Some(id) = next_id_slow(registry, index, generation, tag) {
-            return (id, index, generation);
+        match resolve(registry, tag, table_oid) {
+            Source::OwnTransaction => return (next_txn_id(tag, table_oid), None),
+            Source::Slot { index, generation } => {
+                if let Some(id) = next_id_slow(registry, index, generation, tag, table_oid) {
+                    let from_slot = RESOLVED.with(|map| map.borrow().contains_key(tag));
+                    return (id, from_slot.then_some((index, generation)));
+                }
+            }
         }
     }
 }
@@ -299,7 +527,9 @@ pub unsafe extern "C-unwind" fn segment_nextval_fast(
     let flinfo = &mut *call.flinfo;
     let site = flinfo.fn_extra as *mut CallSite;
     if let Some(site) = site.as_mut() {
-        if site.arg_stable || text_bytes(arg.value) == &site.tag[..site.tag_len] {
+        if site.has_slot
+            && (site.arg_is_const || text_bytes(arg.value) == &site.tag[..site.tag_len])
+        {
             if let Some(taken) = registry.slot(site.index).take_for(site.generation) {
                 return pg_sys::Datum::from(after_take(registry, site.index, taken));
             }
@@ -314,17 +544,23 @@ pub unsafe extern "C-unwind" fn segment_nextval_fast(
                 flinfo.fn_mcxt,
                 std::mem::size_of::<CallSite>(),
             ) as *mut CallSite);
-            site.arg_stable = pg_sys::get_fn_expr_arg_stable(flinfo, 0);
+            site.arg_is_const = first_arg_is_const(flinfo);
             site.table_oid = current_table_oid(fcinfo);
             flinfo.fn_extra = (site as *mut CallSite).cast();
             site
         }
     };
     let tag = text_bytes(arg.value);
-    let (id, index, generation) = next_id(registry, tag, site.table_oid);
+    // The slow path looks the table up again: a statement that began
+    // before DROP EXTENSION must not go on with the dropped table.
+    site.table_oid = current_table_oid(fcinfo);
+    let (id, from_slot) = next_id(registry, tag, site.table_oid);
     // Remember the slot for the next call of this call site.
-    site.index = index;
-    site.generation = generation;
+    site.has_slot = from_slot.is_some();
+    if let Some((index, generation)) = from_slot {
+        site.index = index;
+        site.generation = generation;
+    }
     site.tag_len = tag.len();
     site.tag[..tag.len()].copy_from_slice(tag);
     pg_sys::Datum::from(id)
@@ -362,17 +598,23 @@ fn segment_nextval_many(
     SetOfIterator::new((0..n).map(move |_| next_id(registry, &tag, table_oid).0))
 }
 
-/// The schema-qualified name of `id_segment` beside the calling function.
-fn table_name(fcinfo: pg_sys::FunctionCallInfo) -> String {
-    // SAFETY: fcinfo is the current call's; the lookups read the catalog.
+/// The schema-qualified name of table `table_oid`.
+fn table_name(table_oid: u32) -> String {
+    // SAFETY: syscache look-ups inside the caller's transaction.
     unsafe {
-        let namespace = pg_sys::get_func_namespace((*(*fcinfo).flinfo).fn_oid);
-        let name = pg_sys::get_namespace_name(namespace);
-        let quoted = pg_sys::quote_identifier(name);
-        format!(
-            "{}.id_segment",
-            std::ffi::CStr::from_ptr(quoted).to_string_lossy()
-        )
+        let relid = pg_sys::Oid::from(table_oid);
+        let namespace = pg_sys::get_rel_namespace(relid);
+        let schema = pg_sys::get_namespace_name(namespace);
+        let relname = pg_sys::get_rel_name(relid);
+        if schema.is_null() || relname.is_null() {
+            IdgenError::ExtensionDropped.raise();
+        }
+        let quote = |name| {
+            std::ffi::CStr::from_ptr(pg_sys::quote_identifier(name))
+                .to_string_lossy()
+                .into_owned()
+        };
+        format!("{}.{}", quote(schema), quote(relname))
     }
 }
 
@@ -407,7 +649,7 @@ fn segment_create(
     let insert = format!(
         "INSERT INTO {} (biz_tag, max_id, step, version, updated_at) \
          VALUES ($1, $2, $3, 0, pg_catalog.now()) ON CONFLICT (biz_tag) DO NOTHING",
-        table_name(fcinfo)
+        table_name(current_table_oid(fcinfo))
     );
     let inserted = Spi::connect_mut(|client| {
         client
@@ -431,6 +673,15 @@ fn segment_create(
         }
         .raise();
     }
+    // Remembered so that this transaction can draw from the row it has
+    // not committed yet (see `TxnRange`).
+    // SAFETY: the INSERT above gave the transaction an ID.
+    let top = unsafe { pg_sys::GetTopTransactionId() };
+    CREATED.with(|created| {
+        let mut created = created.borrow_mut();
+        created.retain(|_, transaction| *transaction == top);
+        created.insert(tag.as_bytes().to_vec(), top)
+    });
 }
 
 /// `segment_drop(tag)`: removes the tag's row and drops its cached ranges.
@@ -446,7 +697,10 @@ fn segment_drop(tag: Option<&str>, fcinfo: pg_sys::FunctionCallInfo) {
         .raise()
     });
     check_tag(tag.as_bytes());
-    let delete = format!("DELETE FROM {} WHERE biz_tag = $1", table_name(fcinfo));
+    let delete = format!(
+        "DELETE FROM {} WHERE biz_tag OPERATOR(pg_catalog.=) $1",
+        table_name(current_table_oid(fcinfo))
+    );
     let deleted = Spi::connect_mut(|client| {
         client
             .update(delete.as_str(), None, &[tag.into()])
@@ -459,12 +713,14 @@ fn segment_drop(tag: Option<&str>, fcinfo: pg_sys::FunctionCallInfo) {
         }
         .raise()
     });
-    if deleted == 0 {
+    // A tag whose row is already gone may still hold a slot: free it too.
+    let had_slot = registry.free(database(), tag.as_bytes());
+    RESOLVED.with(|map| map.borrow_mut().remove(tag.as_bytes()));
+    TXN_RANGES.with(|ranges| ranges.borrow_mut().remove(tag.as_bytes()));
+    if deleted == 0 && !had_slot {
         IdgenError::UnknownTag {
             tag: tag.to_string(),
         }
         .raise();
     }
-    registry.free(database(), tag.as_bytes());
-    RESOLVED.with(|map| map.borrow_mut().remove(tag.as_bytes()));
 }

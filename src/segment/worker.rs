@@ -6,20 +6,30 @@
 //! safe distance (`policy::Prefetcher`), and for every slot below its
 //! distance (or past its prefetch mark) runs the distributor's CAS in a transaction of its own,
 //! commits it synchronously, and only then publishes the range to shared
-//! memory and wakes the waiting callers. A failure (a missing row, a lock
-//! timeout, a tampered row) is stored in the slot for its callers and
-//! logged with its SQLSTATE; the worker carries on.
+//! memory and wakes the waiting callers. A failure (a locked row, a
+//! tampered row) is stored in the slot for its callers and logged with its
+//! SQLSTATE; the worker carries on, and retries a failing tag with an
+//! exponential back-off (at once when a caller asks). A slot whose row or
+//! extension is gone is freed, so the worker can go idle and leave.
 //!
-//! It never stands in the way of `DROP DATABASE` or
-//! `CREATE DATABASE ... TEMPLATE`: between passes it probes the lock those
-//! commands take on its database and exits as soon as one waits for it. It
-//! holds no lock on `id_segment` between refills, so `DROP EXTENSION` only
-//! waits for a refill in flight.
+//! A slot's database, tag and generation are read together under the
+//! registry lock; the range is published only if the generation is still
+//! the same, so a slot freed and reassigned (to another database, even)
+//! while the refill ran never receives it.
+//!
+//! It never stands in the way of `DROP DATABASE`, `ALTER DATABASE ...
+//! RENAME` or `CREATE DATABASE ... TEMPLATE`: between passes it probes the
+//! lock those commands take on its database and exits when one waits for
+//! it — unless other sessions are connected there, in which case the
+//! command fails anyway and leaving would only stall their IDs. It holds no
+//! lock on `id_segment` between refills, so `DROP EXTENSION` only waits for
+//! a refill in flight.
 
 use super::distributor;
-use super::policy::{self, Prefetcher};
-use super::registry::{registry, Registry, Slot};
+use super::policy::{self, Prefetcher, RefillProblem};
+use super::registry::{registry, Registry, Slot, SlotIdentity};
 use crate::errors::{refill_problem_report, IdgenError, StoredError};
+use crate::failpoints::failpoint;
 use crate::gucs;
 use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder, SignalWakeFlags};
 use pgrx::pg_sys;
@@ -36,6 +46,14 @@ use std::time::{Duration, Instant};
 const PASS_INTERVAL: Duration = Duration::from_millis(200);
 
 const WORKER_TYPE: &str = "pg_idgen refill worker";
+
+/// Back-off of a tag whose refills fail: the first retry after this long,
+/// doubling up to `MAX_BACKOFF_MS` (a caller asking retries at once).
+const FIRST_BACKOFF_MS: i64 = 100;
+const MAX_BACKOFF_MS: i64 = 10_000;
+
+/// Set once this process has attached to its database's worker entry.
+static ATTACHED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Registers a refill worker for `database` unless one is running or
 /// starting. Called by backends that need a range.
@@ -74,10 +92,23 @@ pub extern "C-unwind" fn pg_idgen_refill_worker_main(arg: pg_sys::Datum) {
     // SAFETY: the callback only touches shared memory; registered before
     // connecting, so a FATAL while connecting still clears the entry.
     unsafe { pg_sys::before_shmem_exit(Some(on_exit), pg_sys::Datum::from(database)) };
-    BackgroundWorker::connect_worker_to_spi_by_oid(Some(pg_sys::Oid::from(database)), None);
+    failpoint("worker-start");
+    // SAFETY: a registered background worker that asked for a database
+    // connection; BYPASS_ALLOWCONN lets it serve the sessions still
+    // connected to a database with ALLOW_CONNECTIONS false.
+    unsafe {
+        pg_sys::BackgroundWorkerInitializeConnectionByOid(
+            pg_sys::Oid::from(database),
+            pg_sys::InvalidOid,
+            pg_sys::BGWORKER_BYPASS_ALLOWCONN,
+        )
+    };
     if !registry.worker_attach(database, pid, latch) {
-        return; // another worker serves this database
+        // Another worker serves this database: not a failed start.
+        ATTACHED.store(true, Ordering::Relaxed);
+        return;
     }
+    ATTACHED.store(true, Ordering::Relaxed);
     let mut last_work = Instant::now();
     let mut memory = WorkerMemory::default();
     loop {
@@ -107,46 +138,92 @@ pub extern "C-unwind" fn pg_idgen_refill_worker_main(arg: pg_sys::Datum) {
 
 #[pg_guard]
 unsafe extern "C-unwind" fn on_exit(_code: i32, arg: pg_sys::Datum) {
-    if let Some(registry) = registry() {
-        // SAFETY: MyProcPid is set in every process.
-        registry.worker_gone(arg.value() as u32, unsafe { pg_sys::MyProcPid });
+    let Some(registry) = registry() else { return };
+    let database = arg.value() as u32;
+    if !ATTACHED.load(Ordering::Relaxed) {
+        // It died before it could serve (its error is in the server log):
+        // tell the callers now instead of letting them time out.
+        registry.worker_start_failed(
+            database,
+            &StoredError {
+                sqlstate: PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE as i32,
+                message: format!(
+                    "the pg_idgen refill worker for the database with OID {database} exited while starting"
+                ),
+                hint: "The server log has the worker's error (look for \"pg_idgen refill worker\"); the next call that needs IDs starts it again.".into(),
+            },
+        );
+        return;
     }
+    // SAFETY: MyProcPid is set in every process.
+    registry.worker_gone(database, unsafe { pg_sys::MyProcPid });
 }
 
 /// What the worker remembers between passes: each tag's demand (by slot
-/// index and generation), and the last error it logged for each slot.
+/// index and generation), its failures, and the last error it logged for
+/// each slot.
 #[derive(Default)]
 struct WorkerMemory {
     prefetchers: HashMap<(usize, u64), Prefetcher>,
+    backoff: HashMap<(usize, u64), Backoff>,
     logged: HashMap<usize, String>,
 }
 
-/// One look at every slot of the database; returns whether it refilled or
-/// tried to.
+/// A failing tag's retry schedule.
+#[derive(Debug, Clone, Copy)]
+struct Backoff {
+    failures: u32,
+    retry_at_ms: i64,
+}
+
+impl Backoff {
+    fn after_failure(previous: Option<Backoff>, now_ms: i64) -> Backoff {
+        let failures = previous.map_or(0, |b| b.failures) + 1;
+        let delay = (FIRST_BACKOFF_MS << (failures - 1).min(16)).min(MAX_BACKOFF_MS);
+        Backoff {
+            failures,
+            retry_at_ms: now_ms + delay,
+        }
+    }
+}
+
+/// How a refill ended.
+enum Refilled {
+    Published,
+    Failed,
+    /// The slot's row or extension is gone: the slot was freed.
+    Gone,
+    /// The slot was freed or reassigned while the refill ran.
+    Superseded,
+}
+
+/// One look at every slot of the database; returns whether there was work
+/// (a range published, or a caller asking) — failures alone are not work,
+/// so a worker whose tags all fail still goes idle and leaves.
 fn refill_pass(registry: &Registry, database: u32, memory: &mut WorkerMemory) -> bool {
     let percent = gucs::PREFETCH_PERCENT.get() as u32;
     let max_ahead = gucs::MAX_IDS_AHEAD.get() as u64;
     let now_ms = super::registry::now_ms();
     let mut worked = false;
-    memory.prefetchers.retain(|&(index, generation), _| {
+    let live = |&(index, generation): &(usize, u64)| {
         registry.slot(index).generation.load(Ordering::Relaxed) == generation
-    });
+    };
+    memory.prefetchers.retain(|key, _| live(key));
+    memory.backoff.retain(|key, _| live(key));
     for (index, slot) in registry.slots() {
-        if !slot.is_active_in(database) {
+        let identity = {
+            let shared = registry.lock(false);
+            slot.identity(&shared)
+        };
+        let Some(identity) = identity.filter(|id| id.database == database) else {
             continue;
-        }
-        let generation = slot.generation.load(Ordering::Acquire);
-        let prefetcher = memory.prefetchers.entry((index, generation)).or_default();
+        };
+        let key = (index, identity.generation);
+        let prefetcher = memory.prefetchers.entry(key).or_default();
         let status = slot.status();
         let step = slot.stats.step.load(Ordering::Relaxed).max(1) as u64;
         let waits = slot.stats.waits.load(Ordering::Relaxed);
-        prefetcher.observe(
-            now_ms,
-            status.retired_ids + status.current_used,
-            waits,
-            step,
-            max_ahead,
-        );
+        prefetcher.observe(now_ms, status.ids_taken, waits, step, max_ahead);
         slot.stats
             .safe_distance
             .store(prefetcher.distance(), Ordering::Relaxed);
@@ -154,16 +231,45 @@ fn refill_pass(registry: &Registry, database: u32, memory: &mut WorkerMemory) ->
             .ids_per_second
             .store(prefetcher.ids_per_second() as u64, Ordering::Relaxed);
         let requested = slot.refill_requested.swap(false, Ordering::SeqCst);
-        // A slot that never got a range is only tried when a caller asks,
-        // so a mistyped tag does not keep the worker reading the table.
+        worked |= requested;
+        // A slot that never got a range is only tried when a caller asks;
+        // a failing one waits out its back-off unless a caller asks.
         if status.published == 0 && !requested {
+            continue;
+        }
+        if !requested
+            && memory
+                .backoff
+                .get(&key)
+                .is_some_and(|b| now_ms < b.retry_at_ms)
+        {
             continue;
         }
         let Some(steps) = prefetcher.plan(&status, step, percent) else {
             continue;
         };
-        worked = true;
-        refill(registry, index, slot, steps, percent, &mut memory.logged);
+        failpoint("worker-before-refill");
+        match refill(
+            registry,
+            index,
+            slot,
+            &identity,
+            steps,
+            percent,
+            &mut memory.logged,
+        ) {
+            Refilled::Published => {
+                memory.backoff.remove(&key);
+                worked = true;
+            }
+            Refilled::Failed => {
+                let previous = memory.backoff.get(&key).copied();
+                memory
+                    .backoff
+                    .insert(key, Backoff::after_failure(previous, now_ms));
+            }
+            Refilled::Gone | Refilled::Superseded => {}
+        }
     }
     worked
 }
@@ -174,27 +280,26 @@ fn refill(
     registry: &Registry,
     index: usize,
     slot: &Slot,
+    identity: &SlotIdentity,
     steps: u64,
     percent: u32,
     logged: &mut HashMap<usize, String>,
-) {
-    let (tag, generation) = {
-        let shared = registry.lock(false);
-        (slot.tag(&shared), slot.generation.load(Ordering::Acquire))
-    };
+) -> Refilled {
+    let SlotIdentity {
+        tag, generation, ..
+    } = identity;
+    let generation = *generation;
     let status = slot.status();
     let bound_table = slot.table_oid();
     let handed_out = (status.published > 0 && status.high_water > 0).then_some(status.high_water);
-    let lock_timeout = gucs::REFILL_TIMEOUT_MS.get();
     let started = Instant::now();
-    let outcome = in_transaction(|| {
-        distributor::take_range(&tag, steps, bound_table, handed_out, lock_timeout)
-    });
+    let outcome = in_transaction(|| distributor::take_range(tag, steps, bound_table, handed_out));
+    failpoint("worker-before-publish");
     let error = match outcome {
         Ok(Ok(Ok(granted))) => {
             let exclusive = registry.lock(true);
             if slot.generation.load(Ordering::Acquire) != generation {
-                return; // dropped while we refilled: the range becomes a gap
+                return Refilled::Superseded; // freed while we refilled: a gap
             }
             let mark = policy::mark_offset(granted.len, percent);
             match slot.publish(
@@ -223,7 +328,7 @@ fn refill(
                     drop(exclusive);
                     logged.remove(&index);
                     slot.broadcast();
-                    return;
+                    return Refilled::Published;
                 }
                 Err(e) => StoredError {
                     sqlstate: PgSqlErrorCode::ERRCODE_INTERNAL_ERROR as i32,
@@ -236,25 +341,51 @@ fn refill(
                 },
             }
         }
-        Ok(Ok(Err(problem))) => refill_problem_report(&problem, &tag),
+        Ok(Ok(Err(problem))) => {
+            let gone = matches!(problem, RefillProblem::NoRow | RefillProblem::NoExtension);
+            let error = refill_problem_report(&problem, tag);
+            if gone {
+                // Tell the callers waiting now, then free the slot: nothing
+                // is left to refill it from.
+                store_error(registry, slot, generation, &error);
+                registry.free_generation(index, generation);
+                logged.remove(&index);
+                return Refilled::Gone;
+            }
+            error
+        }
         Ok(Err(spi_error)) => StoredError {
             sqlstate: PgSqlErrorCode::ERRCODE_INTERNAL_ERROR as i32,
             message: format!("refill of segment tag \"{tag}\" failed: {spi_error}"),
             hint: "Check the server log.".into(),
         },
+        Err(caught) if caught.sqlstate == PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE as i32 => {
+            StoredError {
+                message: "its id_segment row is locked by another transaction".into(),
+                hint: "A transaction holds the row (SELECT ... FOR UPDATE, or an UPDATE or DELETE not yet committed): end it. pg_locks and pg_stat_activity show which session it is.".into(),
+                ..caught
+            }
+        }
         Err(caught) => caught,
     };
-    {
-        let exclusive = registry.lock(true);
-        if slot.generation.load(Ordering::Acquire) == generation {
-            slot.set_error(&exclusive, &error);
-        }
-    }
-    slot.broadcast();
+    store_error(registry, slot, generation, &error);
     if logged.get(&index) != Some(&error.message) {
         IdgenError::log(&error, PgLogLevel::LOG);
         logged.insert(index, error.message);
     }
+    Refilled::Failed
+}
+
+/// Stores a failed refill's error in the slot, if it still has
+/// `generation`, and wakes its waiting callers.
+fn store_error(registry: &Registry, slot: &Slot, generation: u64, error: &StoredError) {
+    {
+        let exclusive = registry.lock(true);
+        if slot.generation.load(Ordering::Acquire) == generation {
+            slot.set_error(&exclusive, error);
+        }
+    }
+    slot.broadcast();
 }
 
 /// Runs `body` in a transaction of its own and commits it; a PostgreSQL
@@ -304,9 +435,16 @@ fn stored_from(caught: CaughtError) -> StoredError {
 
 /// Whether a session waits for a lock that `DROP DATABASE`, `ALTER DATABASE
 /// ... RENAME` or `CREATE DATABASE ... TEMPLATE` take on the database, which
-/// also wait for every other process connected to it: then the worker
-/// must go.
+/// also wait for every other process connected to it, and the worker is
+/// the only one left: then it must go. While sessions are connected the
+/// command fails anyway (after 5 s), so the worker stays and serves them;
+/// it looks again at every pass.
 fn database_needed_exclusively(database: u32) -> bool {
+    // SAFETY: reads the proc array under its own lock; background workers
+    // (this one included) are not counted.
+    if unsafe { pg_sys::CountDBConnections(pg_sys::Oid::from(database)) } > 0 {
+        return false;
+    }
     // SAFETY: a zeroed LOCKTAG is valid; the fields set below are the
     // SET_LOCKTAG_OBJECT layout for a shared catalog object.
     let mut tag: pg_sys::LOCKTAG = unsafe { std::mem::zeroed() };

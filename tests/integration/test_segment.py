@@ -197,7 +197,8 @@ def test_a_locked_row_ends_in_the_timeout_error_and_work_resumes(cluster, db):
         waited = time.monotonic() - started
         assert 0.6 < waited < 5
         assert "got no new range within pg_idgen.refill_timeout" in str(caught.value)
-        assert caught.value.diag.message_hint.startswith("Check the server log")
+        assert "locked by another transaction" in str(caught.value)
+        assert caught.value.diag.message_hint.startswith("A transaction holds the row")
     assert cluster.sql("SELECT segment_nextval('locked')", dbname=db) == [(1,)]
 
 
@@ -224,8 +225,16 @@ def test_max_id_moved_backwards_is_refused(one_step_cluster):
     cluster.sql("SELECT segment_create('tamper', step => 10)", dbname=db)
     with cluster.connect(db) as conn:
         drawn = [conn.execute("SELECT segment_nextval('tamper')").fetchone()[0] for _ in range(25)]
-        # With the version bumped, a refill in flight cannot write over it.
-        conn.execute("UPDATE id_segment SET max_id = 3, version = version + 1 WHERE biz_tag = 'tamper'")
+        # The table itself refuses: the trigger holds across restarts.
+        with pytest.raises(errors.CheckViolation) as refused:
+            conn.execute("UPDATE id_segment SET max_id = 3, version = version + 1 WHERE biz_tag = 'tamper'")
+        assert "cannot move back" in str(refused.value)
+        assert "pg_idgen.allow_max_id_decrease" in refused.value.diag.message_hint
+        # A superuser may lower it on purpose; this server, which handed out
+        # IDs above it, still refuses to repeat them.
+        with conn.transaction():
+            conn.execute("SET LOCAL pg_idgen.allow_max_id_decrease = on")
+            conn.execute("UPDATE id_segment SET max_id = 3, version = version + 1 WHERE biz_tag = 'tamper'")
         with pytest.raises(errors.DataException) as caught:
             for _ in range(100):
                 drawn.append(conn.execute("SELECT segment_nextval('tamper')").fetchone()[0])

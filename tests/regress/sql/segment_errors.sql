@@ -87,5 +87,57 @@ SELECT count(*) > 0 AS sees_tags FROM segment_status;
 RESET ROLE;
 DROP ROLE idgen_nobody;
 
+-- max_id never moves back, not even after a restart: a trigger refuses it,
+-- and its hint names the way to do it on purpose.
+SELECT segment_nextval('orders') > 0 AS drew;
+UPDATE id_segment SET max_id = 0 WHERE biz_tag = 'orders';
+\echo :LAST_ERROR_SQLSTATE
+BEGIN;
+SET LOCAL pg_idgen.allow_max_id_decrease = on;
+UPDATE id_segment SET max_id = max_id - 1 WHERE biz_tag = 'orders' RETURNING biz_tag;
+ROLLBACK;
+SHOW pg_idgen.allow_max_id_decrease;
+CREATE ROLE idgen_plain;
+SET ROLE idgen_plain;
+SET pg_idgen.allow_max_id_decrease = on;
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+DROP ROLE idgen_plain;
+
+-- A transaction that changed or locked a tag's row gets no new range of
+-- it (the worker would wait for that very transaction): it fails at once.
+SELECT segment_create('held', step => 1);
+SELECT segment_nextval('held') > 0 AS drew;
+BEGIN;
+UPDATE id_segment SET step = 1 WHERE biz_tag = 'held';
+SELECT count(segment_nextval('held')) FROM generate_series(1, 1000);
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
+BEGIN;
+SELECT biz_tag FROM id_segment WHERE biz_tag = 'held' FOR UPDATE;
+SELECT count(segment_nextval('held')) FROM generate_series(1, 1000);
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
+
+-- A tag created by the calling transaction works in that transaction, as
+-- a sequence created there would; rolled back, it never existed.
+BEGIN;
+SELECT segment_create('fresh', start => 500, step => 10);
+SELECT array_agg(id) FROM (SELECT segment_nextval('fresh') AS id FROM generate_series(1, 25)) s;
+SELECT segment_nextval('fresh', 3);
+ROLLBACK;
+SELECT segment_nextval('fresh');
+\echo :LAST_ERROR_SQLSTATE
+BEGIN;
+SELECT segment_create('fresh', start => 500, step => 10);
+SELECT array_agg(id) FROM (SELECT segment_nextval('fresh') AS id FROM generate_series(1, 25)) s;
+COMMIT;
+SELECT segment_nextval('fresh') > 524 AS continues_above;
+
+-- Made-up tags take no slot in shared memory.
+SELECT segment_nextval('made_up_' || i) FROM generate_series(1, 3) i;
+\echo :LAST_ERROR_SQLSTATE
+SELECT count(*) FROM segment_status WHERE tag LIKE 'made_up_%';
+
 -- Leave the database as it was found.
 DROP EXTENSION pg_idgen CASCADE;

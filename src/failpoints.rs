@@ -1,0 +1,53 @@
+//! Test-only failpoints: named places where a test can pause a process or
+//! make it fail, so that an unlucky interleaving happens every run instead
+//! of by luck.
+//!
+//! Built only with the cargo feature `failpoints` (the test suite installs
+//! such a build); without it `failpoint()` is an empty inline function.
+//!
+//! A test arms point `name` by writing the file
+//! `$PGDATA/pg_idgen_failpoints/<name>`:
+//! * `pause`: the process writes its pid to `<name>.reached` and sleeps,
+//!   in 10 ms naps, for as long as `<name>` exists;
+//! * `error`: the process raises an `ERROR` there.
+//!
+//! Points: `worker-start` (a refill worker, before it connects to its
+//! database), `worker-before-refill` (after the worker read a slot's
+//! identity and decided to refill it, before its transaction),
+//! `worker-before-publish` (after the refill committed, before the range
+//! is published to shared memory).
+
+#[cfg(feature = "failpoints")]
+pub fn failpoint(name: &str) {
+    use crate::errors::IdgenError;
+    use pgrx::pg_sys;
+    use std::path::PathBuf;
+    // SAFETY: DataDir is set at start and never changes.
+    let data_dir = unsafe { std::ffi::CStr::from_ptr(pg_sys::DataDir) };
+    let dir = PathBuf::from(data_dir.to_string_lossy().as_ref()).join("pg_idgen_failpoints");
+    let armed = dir.join(name);
+    let Ok(action) = std::fs::read_to_string(&armed) else {
+        return;
+    };
+    match action.trim() {
+        "pause" => {
+            // SAFETY: MyProcPid is set in every process.
+            let pid = unsafe { pg_sys::MyProcPid };
+            let _ = std::fs::write(dir.join(format!("{name}.reached")), pid.to_string());
+            while armed.exists() {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+                pgrx::check_for_interrupts!();
+            }
+        }
+        "error" => IdgenError::Internal {
+            context: "failpoint",
+            message: format!("failpoint \"{name}\" raised an error"),
+        }
+        .raise(),
+        _ => {}
+    }
+}
+
+#[cfg(not(feature = "failpoints"))]
+#[inline(always)]
+pub fn failpoint(_name: &str) {}

@@ -1,0 +1,39 @@
+//! The guard on `id_segment`: a trigger that refuses any UPDATE lowering
+//! `max_id`, the largest ID already handed to some allocator. Lowering it
+//! would let IDs be handed out again, and unlike a check kept in shared
+//! memory the refusal holds across restarts and for every allocator.
+//!
+//! The trigger fires only `WHEN (NEW.max_id < OLD.max_id)` (see
+//! `sql/finalize.sql`), so refills, which only add, never call it. A
+//! superuser who lowers `max_id` on purpose sets
+//! `pg_idgen.allow_max_id_decrease` for that transaction.
+
+use crate::errors::IdgenError;
+use crate::gucs;
+use pgrx::prelude::*;
+use pgrx::AllocatedByPostgres;
+
+#[pg_trigger]
+fn id_segment_guard<'a>(
+    trigger: &'a pgrx::PgTrigger<'a>,
+) -> Result<Option<PgHeapTuple<'a, AllocatedByPostgres>>, pgrx::datum::TryFromDatumError> {
+    let new = trigger.new();
+    if gucs::ALLOW_MAX_ID_DECREASE.get() {
+        return Ok(new);
+    }
+    let (Some(old), Some(new)) = (trigger.old(), new) else {
+        return Ok(None);
+    };
+    let from: Option<i64> = old.get_by_name("max_id")?;
+    let to: Option<i64> = new.get_by_name("max_id")?;
+    let tag: Option<String> = old.get_by_name("biz_tag")?;
+    match (from, to) {
+        (Some(from), Some(to)) if to < from => IdgenError::MaxIdDecrease {
+            tag: tag.unwrap_or_default(),
+            from,
+            to,
+        }
+        .raise(),
+        _ => Ok(Some(new)),
+    }
+}
