@@ -260,6 +260,9 @@ pub fn row_state(table_oid: u32, tag: &[u8]) -> RowState {
     }
 }
 
+/// (`OPERATOR(...)` operators all share one precedence: the parentheses
+/// below are needed.)
+///
 /// Takes `steps` steps of `tag`'s row in the *caller's* transaction, for a
 /// tag that transaction created: nobody else can see the row until it
 /// commits, and if it rolls back the tag never existed. Never below
@@ -274,10 +277,10 @@ pub fn take_range_in_caller_transaction(
 ) -> Result<Option<(i64, i64)>, pgrx::spi::Error> {
     let update = format!(
         "UPDATE {table_name} \
-            SET max_id = GREATEST(max_id, $3) OPERATOR(pg_catalog.+) step::pg_catalog.int8 OPERATOR(pg_catalog.*) $2, \
+            SET max_id = GREATEST(max_id, $3) OPERATOR(pg_catalog.+) (step::pg_catalog.int8 OPERATOR(pg_catalog.*) $2), \
                 version = version OPERATOR(pg_catalog.+) 1, updated_at = pg_catalog.now() \
           WHERE biz_tag OPERATOR(pg_catalog.=) $1 \
-      RETURNING GREATEST(max_id OPERATOR(pg_catalog.-) step::pg_catalog.int8 OPERATOR(pg_catalog.*) $2, $3) OPERATOR(pg_catalog.+) 1, max_id"
+      RETURNING GREATEST(max_id OPERATOR(pg_catalog.-) (step::pg_catalog.int8 OPERATOR(pg_catalog.*) $2), $3) OPERATOR(pg_catalog.+) 1, max_id"
     );
     as_owner(owner, || {
         Spi::connect_mut(|client| {

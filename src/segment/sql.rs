@@ -188,10 +188,10 @@ fn check_row(table_oid: u32, tag: &[u8]) -> RowState {
     match state {
         RowState::NoTable => IdgenError::ExtensionDropped.raise(),
         RowState::Missing => IdgenError::UnknownTag { tag: tag_text(tag) }.raise(),
-        RowState::HeldByCaller if !created_by_this_transaction(tag) => {
-            IdgenError::RowHeldByCaller { tag: tag_text(tag) }.raise()
-        }
-        _ => state,
+        // Created by this transaction: it draws from the row itself.
+        _ if created_by_this_transaction(tag) => RowState::HeldByCaller,
+        RowState::HeldByCaller => IdgenError::RowHeldByCaller { tag: tag_text(tag) }.raise(),
+        RowState::Free => state,
     }
 }
 

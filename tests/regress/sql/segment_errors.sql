@@ -89,12 +89,12 @@ DROP ROLE idgen_nobody;
 
 -- max_id never moves back, not even after a restart: a trigger refuses it,
 -- and its hint names the way to do it on purpose.
-SELECT segment_nextval('orders') > 0 AS drew;
-UPDATE id_segment SET max_id = 0 WHERE biz_tag = 'orders';
+SELECT segment_create('guarded', start => 1001);
+UPDATE id_segment SET max_id = 0 WHERE biz_tag = 'guarded';
 \echo :LAST_ERROR_SQLSTATE
 BEGIN;
 SET LOCAL pg_idgen.allow_max_id_decrease = on;
-UPDATE id_segment SET max_id = max_id - 1 WHERE biz_tag = 'orders' RETURNING biz_tag;
+UPDATE id_segment SET max_id = max_id - 1 WHERE biz_tag = 'guarded' RETURNING max_id;
 ROLLBACK;
 SHOW pg_idgen.allow_max_id_decrease;
 CREATE ROLE idgen_plain;

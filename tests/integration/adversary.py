@@ -1,0 +1,169 @@
+"""Helpers for the adversarial tests (test_contexts.py, test_lifecycle.py):
+test-only failpoints, per-tag ID checks, and small queries on the worker
+and on segment_status.
+
+Failpoints exist only in builds with the cargo feature `failpoints`. At a
+named point, the server looks for the file `<PGDATA>/pg_idgen_failpoints/<name>`:
+- content `pause`: the process writes its pid into `<name>.reached`, then
+  sleeps (interruptibly) for as long as `<name>` exists;
+- content `error`: it raises an ERROR there (in the worker before it
+  connects, the worker exits while starting).
+Names: `worker-start`, `worker-before-refill`, `worker-before-publish`.
+"""
+
+import contextlib
+import os
+import shutil
+import time
+
+from cluster import PG_BIN
+
+FAILPOINT_DIR = "pg_idgen_failpoints"
+
+# How long a test waits for a process to reach a paused failpoint. Reaching
+# one takes milliseconds; this is generous for a busy 2-core machine, and
+# still ends a test against a build without failpoints in reasonable time.
+REACH_TIMEOUT = 20.0
+
+
+def _library_has_failpoints():
+    """Whether the installed pg_idgen library mentions the failpoint
+    directory at all (only to make the failure message clearer)."""
+    path = os.path.join(os.path.dirname(PG_BIN.rstrip("/")), "lib", "pg_idgen.so")
+    try:
+        with open(path, "rb") as f:
+            return FAILPOINT_DIR.encode() in f.read()
+    except OSError:
+        return None
+
+
+class Failpoint:
+    """One named failpoint of one cluster's data directory."""
+
+    def __init__(self, cluster, name):
+        self.cluster, self.name = cluster, name
+        self.dir = os.path.join(cluster.data, FAILPOINT_DIR)
+        self.path = os.path.join(self.dir, name)
+        self.reached_path = self.path + ".reached"
+
+    def arm(self, action):
+        assert action in ("pause", "error"), action
+        os.makedirs(self.dir, exist_ok=True)
+        shutil.chown(self.dir, "postgres", "postgres")
+        os.chmod(self.dir, 0o775)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.reached_path)
+        tmp = self.path + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(action)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, self.path)  # the server never sees a half-written file
+
+    def reached_pid(self):
+        """The pid written into `<name>.reached`, or None."""
+        try:
+            with open(self.reached_path) as f:
+                text = f.read().strip()
+        except FileNotFoundError:
+            return None
+        token = text.split()[0] if text else ""
+        return int(token) if token.isdigit() else -1
+
+    def wait_reached(self, timeout=REACH_TIMEOUT, poke=None):
+        """Waits until a process reached the paused point; returns its pid.
+        `poke` (optional) is called between looks, e.g. to draw an ID so that
+        the worker is asked for a refill."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            pid = self.reached_pid()
+            if pid is not None:
+                # The pid may still be being written: read once more.
+                time.sleep(0.05)
+                return self.reached_pid()
+            if poke is not None:
+                poke()
+            time.sleep(0.05)
+        has = _library_has_failpoints()
+        build = {True: "the installed pg_idgen.so mentions pg_idgen_failpoints",
+                 False: "the installed pg_idgen.so does not mention pg_idgen_failpoints: "
+                        "it was built without the `failpoints` feature",
+                 None: "pg_idgen.so not found"}[has]
+        raise AssertionError(
+            f"failpoint {self.name!r} was never reached within {timeout:.0f} s "
+            f"(no {self.reached_path}); {build}")
+
+    def release(self):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+
+
+@contextlib.contextmanager
+def paused(cluster, name, trigger=None, timeout=REACH_TIMEOUT):
+    """Arms failpoint `name` with `pause`, calls `trigger()` (if given) to make
+    a process get there (called repeatedly until it does, so it should be
+    cheap and not block for long), waits for `<name>.reached`, and yields the
+    paused process's pid. Releases the pause on the way out, whatever
+    happens, so no process stays paused after a failed test."""
+    fp = Failpoint(cluster, name)
+    fp.arm("pause")
+    try:
+        yield fp.wait_reached(timeout, poke=trigger)
+    finally:
+        fp.release()
+
+
+@contextlib.contextmanager
+def armed(cluster, name, action="error"):
+    """Failpoint `name` set to `action` for the duration of the block."""
+    fp = Failpoint(cluster, name)
+    fp.arm(action)
+    try:
+        yield fp
+    finally:
+        fp.release()
+
+
+# ---------------------------------------------------------------------------
+# Queries used by several tests.
+
+WORKER_TYPE = "pg_idgen refill worker"
+
+
+def refill_worker_pids(cluster, dbname):
+    """Pids of the refill workers connected to `dbname` (pg_stat_activity)."""
+    rows = cluster.sql(
+        "SELECT pid FROM pg_stat_activity WHERE backend_type = %s AND datname = %s ORDER BY pid",
+        (WORKER_TYPE, dbname))
+    return [r[0] for r in rows]
+
+
+def status_row(cluster, tag, *columns, dbname="postgres", of_database=None):
+    """One tag's segment_status columns (None if it has no row). The view is
+    cluster-wide; `of_database` (default: `dbname`) picks the database."""
+    rows = cluster.sql(
+        f"SELECT {', '.join(columns)} FROM segment_status WHERE tag = %s AND database = %s",
+        (tag, of_database or dbname), dbname=dbname)
+    assert len(rows) <= 1, f"segment_status shows {len(rows)} rows for one (database, tag)"
+    return rows[0] if rows else None
+
+
+def draw(conn, tag, n):
+    """n IDs of `tag` in one statement on `conn`, in the order received."""
+    return [r[0] for r in conn.execute(
+        "SELECT segment_nextval(%s) FROM generate_series(1, %s)", (tag, n))]
+
+
+def row_range(cluster, dbname, tag):
+    """(max_id, step, version) of a tag's row."""
+    rows = cluster.sql("SELECT max_id, step, version FROM id_segment WHERE biz_tag = %s", (tag,),
+                       dbname=dbname)
+    return rows[0] if rows else None
+
+
+def duplicates(ids):
+    seen, dups = set(), []
+    for i in ids:
+        if i in seen:
+            dups.append(i)
+        seen.add(i)
+    return dups
