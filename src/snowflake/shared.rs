@@ -580,7 +580,11 @@ pub extern "C-unwind" fn pg_idgen_snowflake_keeper_main(_arg: pg_sys::Datum) {
         let window = i64::from(gucs::SNOWFLAKE_PERSIST_AHEAD_MS.get());
         let now = now_unix_ms();
         let wanted = generators.map(|g| g.mark_to_persist(now, window));
-        if wanted.iter().any(Option::is_some) {
+        // A file removed under a running server is written again at once:
+        // otherwise a crash would look like a first start.
+        let removed = generators.iter().any(|g| g.persisted_limit() >= 0)
+            && matches!(std::fs::symlink_metadata(STATE_FILE), Err(e) if e.kind() == std::io::ErrorKind::NotFound);
+        if removed || wanted.iter().any(Option::is_some) {
             let limits: Vec<i64> = generators
                 .iter()
                 .zip(wanted)
