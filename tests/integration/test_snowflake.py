@@ -5,6 +5,7 @@ process), crashes, bad settings and standbys."""
 import glob
 import os
 import shutil
+import signal
 import subprocess
 import threading
 import time
@@ -448,7 +449,7 @@ def test_a_terminated_keeper_is_restarted_and_never_shown_dead(make_cluster):
     before = draw(c, 1000)
     (old,), = c.sql("SELECT keeper_pid FROM snowflake_status WHERE generator = 'default'")
     assert keeper_pids(c) == [old]
-    c.sql("SELECT pg_terminate_backend(%s)", (old,))
+    os.kill(old, signal.SIGTERM)
     assert wait_for(lambda: keeper_pids(c) not in ([], [old]), timeout=30), "the keeper was not restarted"
     (new,), = c.sql("SELECT keeper_pid FROM snowflake_status WHERE generator = 'default'")
     assert new != old and keeper_pids(c) == [new]
