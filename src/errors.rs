@@ -59,13 +59,52 @@ pub enum IdgenError {
         hint: String,
     },
     SnowflakeClockBehind {
+        generator: &'static str,
         lead_ms: i64,
+        max_lead_ms: i64,
         waited_ms: i64,
     },
-    SnowflakeNotPersisted {
+    /// No keeper process: nothing can raise the persisted limit.
+    SnowflakeKeeperNotRunning {
         waited_ms: i64,
     },
-    SnowflakeExhausted,
+    /// The keeper runs but its writes of the state file fail.
+    SnowflakeStateNotWritten {
+        problem: String,
+        waited_ms: i64,
+    },
+    /// The keeper runs, its writes do not fail, but none finished in time.
+    SnowflakeKeeperSlow {
+        waited_ms: i64,
+    },
+    /// The keeper could not be registered at server start.
+    SnowflakeKeeperNotRegistered {
+        max_worker_processes: i32,
+    },
+    /// The state file exists but cannot be used (at server start).
+    SnowflakeStateFile {
+        problem: String,
+        io: bool,
+    },
+    /// The settings changed since the state file was written, so that IDs
+    /// would have to run far ahead of the clock (at server start).
+    SnowflakeSettingsChanged {
+        change: String,
+        generator: &'static str,
+        high_id: i64,
+        ahead_ms: i64,
+    },
+    SnowflakeExhausted {
+        generator: &'static str,
+        time_bits: u32,
+        ended: String,
+    },
+    /// A field of the friendly text form beyond the layout.
+    SnowflakeFieldTooLarge {
+        field: &'static str,
+        value: i64,
+        bits: u32,
+    },
     SnowflakeMachineTooLarge {
         machine: i64,
         machine_bits: u32,
@@ -208,8 +247,17 @@ impl IdgenError {
             IdgenError::RefillTimeout { .. } => ERRCODE_LOCK_NOT_AVAILABLE,
             IdgenError::BadSetting { .. } => ERRCODE_INVALID_PARAMETER_VALUE,
             IdgenError::SnowflakeClockBehind { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
-            IdgenError::SnowflakeNotPersisted { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
-            IdgenError::SnowflakeExhausted => ERRCODE_SEQUENCE_GENERATOR_LIMIT_EXCEEDED,
+            IdgenError::SnowflakeKeeperNotRunning { .. } => {
+                ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE
+            }
+            IdgenError::SnowflakeStateNotWritten { .. } => ERRCODE_IO_ERROR,
+            IdgenError::SnowflakeKeeperSlow { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            IdgenError::SnowflakeKeeperNotRegistered { .. } => ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
+            IdgenError::SnowflakeStateFile { io: true, .. } => ERRCODE_IO_ERROR,
+            IdgenError::SnowflakeStateFile { io: false, .. } => ERRCODE_DATA_CORRUPTED,
+            IdgenError::SnowflakeSettingsChanged { .. } => ERRCODE_INVALID_PARAMETER_VALUE,
+            IdgenError::SnowflakeExhausted { .. } => ERRCODE_SEQUENCE_GENERATOR_LIMIT_EXCEEDED,
+            IdgenError::SnowflakeFieldTooLarge { .. } => ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE,
             IdgenError::SnowflakeMachineTooLarge { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             IdgenError::BadSnowflakeId { .. } => ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE,
             IdgenError::BadSnowflakeText { .. } => ERRCODE_INVALID_TEXT_REPRESENTATION,
@@ -255,15 +303,34 @@ impl IdgenError {
             IdgenError::BadSetting { name, value, problem, .. } => {
                 format!("invalid value for parameter \"{name}\": \"{value}\": {problem}")
             }
-            IdgenError::SnowflakeClockBehind { lead_ms, waited_ms } => format!(
-                "snowflake time is {lead_ms} ms ahead of the wall clock, more than pg_idgen.snowflake_max_lead, after waiting {waited_ms} ms"
+            IdgenError::SnowflakeClockBehind { generator, lead_ms, max_lead_ms, waited_ms } => format!(
+                "snowflake time ({generator} generator) is {lead_ms} ms ahead of the wall clock, more than pg_idgen.snowflake_max_lead ({max_lead_ms} ms), and the clock cannot catch up within pg_idgen.snowflake_max_wait (waited {waited_ms} ms)"
             ),
-            IdgenError::SnowflakeNotPersisted { waited_ms } => format!(
-                "the snowflake high-water mark was not written to disk within {waited_ms} ms"
+            IdgenError::SnowflakeKeeperNotRunning { waited_ms } => format!(
+                "the pg_idgen snowflake keeper is not running, so no snowflake ID can be issued beyond the high-water mark on disk (waited {waited_ms} ms)"
             ),
-            IdgenError::SnowflakeExhausted => {
-                "snowflake time is used up: the layout's time bits end before now".into()
-            }
+            IdgenError::SnowflakeStateNotWritten { problem, waited_ms } => format!(
+                "the snowflake keeper cannot write pg_idgen_snowflake.state: {problem} (waited {waited_ms} ms)"
+            ),
+            IdgenError::SnowflakeKeeperSlow { waited_ms } => format!(
+                "the snowflake keeper has not finished writing pg_idgen_snowflake.state within {waited_ms} ms"
+            ),
+            IdgenError::SnowflakeKeeperNotRegistered { max_worker_processes } => format!(
+                "pg_idgen cannot register its snowflake keeper: max_worker_processes = {max_worker_processes} leaves no background worker slot for it"
+            ),
+            IdgenError::SnowflakeStateFile { problem, .. } => format!(
+                "pg_idgen cannot use the snowflake state file \"pg_idgen_snowflake.state\": {problem}"
+            ),
+            IdgenError::SnowflakeSettingsChanged { change, generator, high_id, ahead_ms } => format!(
+                "pg_idgen snowflake settings changed since pg_idgen_snowflake.state was written ({change}): every new {generator} ID must stay above {high_id}, which is now {ahead_ms} ms ahead of the clock, more than pg_idgen.snowflake_max_lead"
+            ),
+            IdgenError::SnowflakeExhausted { generator, time_bits, ended } => format!(
+                "snowflake time of the {generator} generator is used up: its {time_bits} bits of milliseconds ended at {ended}"
+            ),
+            IdgenError::SnowflakeFieldTooLarge { field, value, bits } => format!(
+                "snowflake {field} {value} does not fit the layout's {bits} {field} bits (at most {})",
+                (1i128 << bits) - 1
+            ),
             IdgenError::SnowflakeMachineTooLarge { machine, machine_bits } => format!(
                 "pg_idgen.machine_id = {machine} does not fit the JavaScript-safe layout's {machine_bits} machine bits"
             ),
@@ -317,8 +384,15 @@ impl IdgenError {
             IdgenError::RefillTimeout { .. } => "Check the server log and segment_status for the refill worker's errors, and whether a session holds a lock on the id_segment row; raise pg_idgen.refill_timeout if refills are just slow.".into(),
             IdgenError::BadSetting { hint, .. } => hint.clone(),
             IdgenError::SnowflakeClockBehind { .. } => "The clock stepped back (or IDs were asked for faster than the layout allows). Wait for it to catch up, fix the time source, or raise pg_idgen.snowflake_max_lead or pg_idgen.snowflake_max_wait.".into(),
-            IdgenError::SnowflakeNotPersisted { .. } => "Check the server log for the pg_idgen snowflake worker: it must be able to write pg_idgen_snowflake.state in the data directory.".into(),
-            IdgenError::SnowflakeExhausted => "Use a later pg_idgen.snowflake_epoch or more pg_idgen.snowflake_time_bits for new IDs.".into(),
+            IdgenError::SnowflakeKeeperNotRunning { .. } => "Check the server log for why the \"pg_idgen snowflake keeper\" background worker exited or did not start; the postmaster restarts it 1 s after it exits. If no worker slot is free, raise max_worker_processes and restart the server.".into(),
+            IdgenError::SnowflakeStateNotWritten { .. } => "Free space, or fix the permissions, in the data directory; snowflake IDs resume as soon as the keeper can write the file (the server log has its WARNING).".into(),
+            IdgenError::SnowflakeKeeperSlow { .. } => "The disk is slow to fsync. Raise pg_idgen.snowflake_persist_ahead so the keeper writes earlier, or pg_idgen.snowflake_max_wait.".into(),
+            IdgenError::SnowflakeKeeperNotRegistered { .. } => "Raise max_worker_processes in postgresql.conf (pg_idgen needs one slot for its keeper, plus one per database using segment IDs) and start the server again.".into(),
+            IdgenError::SnowflakeStateFile { .. } => "The file holds the highest snowflake IDs issued; without it IDs could repeat. Restore it from a backup, or follow \"Recovering the snowflake state file\" in the pg_idgen README: with the server stopped and the clock right, write the current Unix time in ms into it (date +%s%3N > $PGDATA/pg_idgen_snowflake.state).".into(),
+            IdgenError::SnowflakeSettingsChanged { .. } => "Restore the previous pg_idgen.snowflake_epoch and bit widths: a later epoch, or more time bits, makes new IDs numerically overlap the old ones. Only if no snowflake ID issued before is kept anywhere, remove pg_idgen_snowflake.state to start over.".into(),
+            IdgenError::SnowflakeExhausted { generator: "JavaScript-safe", .. } => "The JavaScript-safe layout always has 41 time bits: use a later pg_idgen.snowflake_epoch (restart), or snowflake_nextval().".into(),
+            IdgenError::SnowflakeExhausted { .. } => "Use a later pg_idgen.snowflake_epoch or more pg_idgen.snowflake_time_bits for new IDs.".into(),
+            IdgenError::SnowflakeFieldTooLarge { .. } => "Write the machine id and sequence as snowflake_format() does, within the layout set by pg_idgen.snowflake_machine_bits and pg_idgen.snowflake_sequence_bits.".into(),
             IdgenError::SnowflakeMachineTooLarge { .. } => "Give servers that hand out JavaScript-safe IDs machine ids 0 to 15.".into(),
             IdgenError::BadSnowflakeId { .. } => "Pass an ID made by snowflake_nextval() on a server with the same layout settings.".into(),
             IdgenError::BadSnowflakeText { .. } => "Use the form yyyyMMddHHmmssSSS-machine-sequence in UTC, as snowflake_format() writes it, e.g. 20250623131730192-1-0.".into(),
@@ -349,6 +423,28 @@ impl IdgenError {
         .set_hint(stored.hint.clone())
         .report(level);
     }
+}
+
+/// Keeps Rust backtraces out of the errors clients see, whatever
+/// `RUST_BACKTRACE` says in the server's environment.
+///
+/// pgrx's panic hook captures a backtrace at every panic — and an ERROR
+/// raised by PostgreSQL inside a call into it (a cancel, a timeout) travels
+/// through Rust as a panic — and appends it to the ERROR's DETAIL, which
+/// goes to the client. This replaces that hook (in this library only: each
+/// Rust library has its own) by one that records nothing on PostgreSQL's
+/// thread; pgrx then reports the error with its message, SQLSTATE and hint
+/// only. On any other thread the default hook runs, as pgrx's would.
+/// Called once from `_PG_init`, in the postmaster, before any backend.
+pub fn keep_backtraces_out_of_errors() {
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        // SAFETY: getpid and gettid only read the calling process's ids.
+        let main_thread = unsafe { libc::getpid() == libc::gettid() };
+        if !main_thread {
+            previous(info);
+        }
+    }));
 }
 
 /// The first `max` bytes of `text`, cut at a character boundary.

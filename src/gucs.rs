@@ -103,6 +103,10 @@ pub static SNOWFLAKE_MAX_LEAD_MS: GucSetting<i32> = GucSetting::<i32>::new(5_000
 /// How long a snowflake call waits for the clock before it fails, in ms.
 pub static SNOWFLAKE_MAX_WAIT_MS: GucSetting<i32> = GucSetting::<i32>::new(10_000);
 
+/// How far ahead of the clock the snowflake keeper persists the high-water
+/// mark while IDs are issued, in ms.
+pub static SNOWFLAKE_PERSIST_AHEAD_MS: GucSetting<i32> = GucSetting::<i32>::new(2_000);
+
 pub fn register_snowflake() {
     GucRegistry::define_string_guc(
         c"pg_idgen.machine_id",
@@ -166,6 +170,16 @@ pub fn register_snowflake() {
         0,
         3_600_000,
         GucContext::Userset,
+        GucFlags::UNIT_MS,
+    );
+    GucRegistry::define_int_guc(
+        c"pg_idgen.snowflake_persist_ahead",
+        c"How far ahead of the clock the snowflake keeper writes the high-water mark while IDs are issued.",
+        c"The keeper rewrites the state file when less than half of this is left, so a write (with its fsync) may take up to half of it before calls wait. After a crash, IDs resume up to this far ahead of the clock: keep it below pg_idgen.snowflake_max_lead.",
+        &SNOWFLAKE_PERSIST_AHEAD_MS,
+        100,
+        3_600_000,
+        GucContext::Sighup,
         GucFlags::UNIT_MS,
     );
 }

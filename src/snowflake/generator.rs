@@ -23,8 +23,16 @@
 //!   an ID's time is still never behind the wall clock when it is issued.
 //! * No ID is issued with a time above `persisted_limit`, which a
 //!   background worker raises only after writing it durably to disk. After
-//!   a crash, the generator restarts above the persisted mark, so it never
-//!   repeats a time of the previous run, whatever the clock says.
+//!   a crash, the generator restarts above the persisted mark (its *floor*),
+//!   so it never repeats an ID of the previous run, whatever the clock says.
+//!   The coarse shortcut checks the limit too: on a first start `last` is 0
+//!   but nothing is persisted yet.
+//! * What the worker persists follows what is issued (`mark_to_persist`):
+//!   nothing while no ID is issued and no call waits, so neither a moment of
+//!   wrong time nor a series of quick restarts moves the mark; a window
+//!   ahead of the clock while IDs are being issued, so calls do not wait.
+//!   A call refused for want of a persisted time records that time in
+//!   `wanted` for the worker.
 
 use super::layout::{Layout, Parts};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -58,9 +66,31 @@ pub struct Generator {
     last: AtomicU64,
     persisted_limit: AtomicI64,
     wall_high: AtomicI64,
+    /// The largest time a call was refused for because it was not
+    /// persisted yet (`i64::MIN`: none).
+    wanted: AtomicI64,
+    /// The floor this run started above (-1: a first start).
+    floor: i64,
     /// Padding keeps the counters off the hot cache line of `last`.
     _pad: [u64; 8],
     pub stats: GeneratorStats,
+}
+
+/// How far above the time needed the keeper persists when time runs ahead
+/// of the clock, in ms. Small, so that the first call after a restart (which
+/// needs the floor plus one) does not move the mark beyond the window ahead
+/// of the clock unless restarts come less than this apart — PostgreSQL's
+/// start alone takes longer. In a burst more than a window ahead of the
+/// clock the keeper writes once per this much snowflake time.
+pub const BURST_HEADROOM_MS: i64 = 25;
+
+/// How long a call refused because time is `lead_ms` ahead of the clock
+/// should sleep before it tries again, or `None` when the clock cannot
+/// catch up within `remaining_ms` — then the call fails at once instead of
+/// sleeping with its transaction open.
+pub fn lead_sleep_ms(lead_ms: i64, max_lead_ms: i64, remaining_ms: i64) -> Option<i64> {
+    let needed = lead_ms.saturating_sub(max_lead_ms);
+    (needed <= remaining_ms).then(|| needed.clamp(1, 100))
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,14 +111,15 @@ pub enum Refusal {
 }
 
 impl Generator {
-    /// A generator that will only issue times above `restart_above` (the
-    /// persisted high-water mark of a previous run, in ms since the
-    /// layout's epoch, or `None` on a first start), and none until the
-    /// worker has persisted a limit.
-    pub fn new(layout: Layout, machine: i64, restart_above: Option<i64>) -> Generator {
-        let start = restart_above.map_or(0, |mark| {
+    /// A generator that will only issue times above `floor` (from the
+    /// high-water mark of a previous run, in ms since the layout's epoch, or
+    /// `None` on a first start), and none until the worker has persisted a
+    /// limit.
+    pub fn new(layout: Layout, machine: i64, floor: Option<i64>) -> Generator {
+        let floor = floor.map(|f| f.clamp(0, layout.max_time_ms()));
+        let start = floor.map_or(0, |mark| {
             layout.compose(Parts {
-                time_ms: mark.max(0),
+                time_ms: mark,
                 machine: 0,
                 sequence: layout.max_sequence(),
             })
@@ -97,8 +128,10 @@ impl Generator {
             layout,
             machine,
             last: AtomicU64::new(start as u64),
-            persisted_limit: AtomicI64::new(restart_above.unwrap_or(-1)),
+            persisted_limit: AtomicI64::new(floor.unwrap_or(-1)),
             wall_high: AtomicI64::new(i64::MIN),
+            wanted: AtomicI64::new(i64::MIN),
+            floor: floor.unwrap_or(-1),
             _pad: [0; 8],
             stats: GeneratorStats::default(),
         }
@@ -131,11 +164,13 @@ impl Generator {
             );
             let current = self.last.load(Ordering::Acquire);
             let (time, sequence) = self.split(current);
-            // `time` was issued already, so it is persisted; the wall clock
-            // cannot have reached it; the lead is at most `time - earliest`.
+            // The wall clock cannot have reached `time`; the lead is at most
+            // `time - earliest`. `time` is persisted if it was issued, but
+            // on a first start `last` is 0 and nothing is: check.
             if time >= latest
                 && sequence < self.layout.max_sequence()
                 && time - earliest <= max_lead_ms
+                && time <= self.persisted_limit.load(Ordering::Acquire)
             {
                 let packed = current + 1;
                 if self
@@ -188,6 +223,7 @@ impl Generator {
                 return Err(Refusal::TooFarAhead { lead_ms });
             }
             if next_time > self.persisted_limit.load(Ordering::Acquire) {
+                self.wanted.fetch_max(next_time, Ordering::AcqRel);
                 self.stats.persist_waits.fetch_add(1, Ordering::Relaxed);
                 return Err(Refusal::NotPersisted);
             }
@@ -217,23 +253,52 @@ impl Generator {
         self.persisted_limit.load(Ordering::Acquire)
     }
 
-    /// The mark the keeper should persist now, if any: `window` ahead of
-    /// the wall clock, and at least `window / 8` ahead of the last time
-    /// issued (while time runs ahead of the clock). Rewritten when less than
-    /// half the window is left ahead of the wall clock, or less than
-    /// `window / 16` ahead of the last time issued.
+    /// The floor this run started above (-1 on a first start).
+    pub fn floor(&self) -> i64 {
+        self.floor
+    }
+
+    /// The limit the keeper should persist now, if any (ms since epoch).
     ///
-    /// Measuring from the wall clock, not from the last time issued, is
-    /// what keeps rapid crashes from ratcheting time ahead: a restart
-    /// resumes at the old mark, at most `window` ahead of the clock, and
-    /// the next mark adds only `window / 8` to it.
+    /// * Nothing while no ID was issued in this run and no call waits: an
+    ///   idle server writes nothing, so a clock briefly in the future, or a
+    ///   run of quick restarts, moves no mark.
+    /// * While IDs are being issued (the last one, or a waiting call's
+    ///   time, is within `window` of the clock): `window` ahead of the
+    ///   clock, rewritten when less than half of it is left. So a limit is
+    ///   never more than about two windows above the last ID issued.
+    /// * When time runs ahead of the clock (a burst, a clock set back) or a
+    ///   call waits: `BURST_HEADROOM_MS` above what is needed.
+    ///
+    /// After a restart the first call needs `floor + 1`, about `window`
+    /// minus the restart's duration ahead of the clock; the mark written
+    /// for it is `window` ahead of the clock, so restarts more than
+    /// `BURST_HEADROOM_MS` apart never ratchet it.
     pub fn mark_to_persist(&self, now_unix_ms: i64, window_ms: i64) -> Option<i64> {
         let now = now_unix_ms - self.layout.epoch_ms;
-        let last = self.last_time();
         let limit = self.persisted_limit();
-        let low = limit < now + window_ms / 2 || limit < last + window_ms / 16;
-        let wanted = (now + window_ms).max(last + window_ms / 8);
-        low.then_some(wanted.min(self.layout.max_time_ms()))
+        let wanted = self.wanted.load(Ordering::Acquire);
+        let waiting = wanted > limit;
+        let issued = self.stats.issued.load(Ordering::Relaxed) > 0;
+        let need = match (issued, waiting) {
+            (false, false) => return None,
+            (true, false) => self.last_time(),
+            (false, true) => wanted,
+            (true, true) => self.last_time().max(wanted),
+        };
+        let active = need >= now - window_ms;
+        let due = waiting
+            || limit < need + BURST_HEADROOM_MS / 2
+            || (active && limit < now + window_ms / 2);
+        if !due {
+            return None;
+        }
+        let mut target = need + BURST_HEADROOM_MS;
+        if active {
+            target = target.max(now + window_ms);
+        }
+        let target = target.min(self.layout.max_time_ms());
+        (target > limit).then_some(target)
     }
 
     /// Called once `mark` is durably on disk: times up to it may be issued.
@@ -361,8 +426,8 @@ mod tests {
         assert_eq!(g.mark_to_persist(E + 1000, 20_000), Some(21_000));
         assert_eq!(
             g.mark_to_persist(E - 5000, 2000),
-            Some(2350),
-            "the clock far behind: headroom above the last time"
+            Some(2101 + BURST_HEADROOM_MS),
+            "the clock far behind: headroom above the time needed"
         );
     }
 
@@ -370,10 +435,57 @@ mod tests {
     fn the_worker_persists_only_when_the_margin_runs_low() {
         let g = Generator::new(layout(), 0, None);
         g.persisted(3000);
-        assert_eq!(g.mark_to_persist(E + 1500, 2000), None);
+        assert_eq!(g.mark_to_persist(E + 1500, 2000), None, "nothing issued");
+        g.next_exact(E + 1500, 0).unwrap();
+        assert_eq!(g.mark_to_persist(E + 1500, 2000), None, "margin left");
         assert_eq!(g.mark_to_persist(E + 2001, 2000), Some(4001));
         g.persisted(1000);
         assert_eq!(g.persisted_limit(), 3000, "the limit never moves back");
+    }
+
+    #[test]
+    fn a_moment_of_wrong_time_while_idle_is_not_persisted() {
+        let g = Generator::new(layout(), 0, None);
+        g.persisted(3000);
+        g.next_exact(E + 1000, 0).unwrap();
+        // The clock jumps a day ahead while no ID is issued: nothing is
+        // written, so a restart does not inherit the wrong time.
+        assert_eq!(g.mark_to_persist(E + 86_400_000, 2000), None);
+        assert_eq!(g.mark_to_persist(E + 2_000_000_000, 2000), None);
+        // Back on the right clock, the keeper carries on as before.
+        assert_eq!(g.mark_to_persist(E + 2500, 2000), Some(4500));
+    }
+
+    #[test]
+    fn a_restart_with_nothing_issued_writes_nothing() {
+        let g = Generator::new(layout(), 0, Some(1_000_000));
+        assert_eq!(g.floor(), 1_000_000);
+        assert_eq!(g.mark_to_persist(E + 999_000, 2000), None);
+        assert_eq!(g.mark_to_persist(E + 5_000_000, 2000), None);
+    }
+
+    #[test]
+    fn the_coarse_shortcut_never_skips_the_persistence_check_on_a_first_start() {
+        // The epoch is ahead of the clock: the coarse reading is below 0,
+        // `last` is 0 and nothing is persisted.
+        let g = Generator::new(layout(), 0, None);
+        let clock = FakeClock {
+            exact: E - 10_000,
+            coarse: Some((E - 10_004, E - 9_996)),
+            exact_reads: Default::default(),
+        };
+        assert_eq!(g.next(&clock, i64::MAX / 4), Err(Refusal::NotPersisted));
+        assert_eq!(g.stats.issued.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn a_call_that_cannot_succeed_in_time_fails_at_once() {
+        // 10 s ahead with 5 s allowed: 5 s to wait.
+        assert_eq!(lead_sleep_ms(10_000, 5_000, 10_000), Some(100));
+        assert_eq!(lead_sleep_ms(10_000, 5_000, 4_999), None);
+        assert_eq!(lead_sleep_ms(5_003, 5_000, 0), None);
+        assert_eq!(lead_sleep_ms(5_003, 5_000, 3), Some(3));
+        assert_eq!(lead_sleep_ms(i64::MAX, 0, i64::MAX), Some(100));
     }
 
     #[test]
@@ -458,32 +570,52 @@ mod tests {
         assert_eq!(c.exact_reads.get(), 1);
     }
 
+    /// A crash every `gap_ms`, each run issuing `ids` IDs (as soon as the
+    /// keeper lets it) before the next crash; returns how far the last
+    /// mark is ahead of the clock.
+    fn crash_every(gap_ms: i64, ids: usize) -> i64 {
+        const WINDOW: i64 = 2000;
+        let mut now = E + 3_600_000;
+        let mut mark: Option<i64> = None;
+        let mut last_id = -1;
+        for _ in 0..100 {
+            let run = Generator::new(layout(), 0, mark);
+            for _ in 0..ids {
+                let id = loop {
+                    match run.next_exact(now, 5000) {
+                        Ok(issued) => break issued.id,
+                        Err(Refusal::NotPersisted) => {
+                            let m = run.mark_to_persist(now, WINDOW).unwrap();
+                            run.persisted(m);
+                            mark = Some(m);
+                        }
+                        Err(other) => panic!("{other:?}"),
+                    }
+                };
+                assert!(id > last_id, "an ID repeated after a restart");
+                last_id = id;
+            }
+            if let Some(m) = run.mark_to_persist(now, WINDOW) {
+                run.persisted(m);
+                mark = Some(m);
+            }
+            now += gap_ms;
+        }
+        mark.map_or(0, |m| m - (now - E))
+    }
+
     #[test]
     fn rapid_restarts_do_not_ratchet_time_ahead_of_the_clock() {
-        const WINDOW: i64 = 2000;
-        let mut now = E;
-        let first = ready(0);
-        let mut mark = Generator::new(layout(), 0, None)
-            .mark_to_persist(now, WINDOW)
-            .unwrap();
-        first.persisted(mark);
-        let mut last_id = first.next_exact(now, 5000).unwrap().id;
-        for _ in 0..100 {
-            // A crash right after the keeper wrote `mark`; the restart
-            // takes 300 ms.
-            now += 300;
-            let restarted = Generator::new(layout(), 0, Some(mark));
-            mark = restarted.mark_to_persist(now, WINDOW).unwrap();
-            restarted.persisted(mark);
-            let id = restarted.next_exact(now, 5000).unwrap().id;
-            assert!(id > last_id);
-            last_id = id;
+        // With no ID issued, restarts write nothing at all.
+        assert_eq!(crash_every(100, 0), 0);
+        // With IDs issued in each run, the mark stays a window ahead.
+        for gap in [100, 300, 1000] {
+            let lead = crash_every(gap, 3);
+            assert!(
+                lead <= 2000,
+                "after 100 crashes {gap} ms apart the mark is {lead} ms ahead"
+            );
         }
-        let lead = mark - (now - E);
-        assert!(
-            lead <= WINDOW + WINDOW / 8,
-            "after 100 quick crashes the mark is {lead} ms ahead of the clock"
-        );
     }
 
     #[test]

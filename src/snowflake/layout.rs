@@ -40,6 +40,11 @@ pub enum LayoutError {
         machine: i64,
         machine_bits: u32,
     },
+    /// A sequence beyond the layout's sequence bits.
+    SequenceTooLarge {
+        sequence: i64,
+        sequence_bits: u32,
+    },
     NegativeId(i64),
     /// The ID has bits set above the layout's width.
     TooWide {
@@ -58,6 +63,12 @@ pub enum LayoutError {
 
 /// The default layout's epoch, 2025-01-01 00:00:00 UTC.
 pub const DEFAULT_EPOCH_MS: UnixMs = 1_735_689_600_000;
+
+/// 9999-12-31 23:59:59.999 UTC: the last millisecond the friendly text form
+/// (a four-digit year) can write. A layout whose time bits reach past it is
+/// refused at start, so `snowflake_format` and `snowflake_from_format`
+/// always round-trip, and every ID's time is a valid `timestamptz`.
+pub const LAST_FORMATTABLE_MS: UnixMs = 253_402_300_799_999;
 
 impl Layout {
     pub fn new(
@@ -111,6 +122,20 @@ impl Layout {
         (1i64 << self.time_bits) - 1
     }
 
+    /// The last millisecond of the layout (Unix ms), saturating.
+    pub fn last_unix_ms(&self) -> UnixMs {
+        self.epoch_ms.saturating_add(self.max_time_ms())
+    }
+
+    /// The most time bits a layout from `epoch_ms` may have so that its
+    /// last millisecond is not after `LAST_FORMATTABLE_MS`.
+    pub fn max_formattable_time_bits(epoch_ms: UnixMs) -> u32 {
+        (1..=62u32)
+            .rev()
+            .find(|bits| epoch_ms.saturating_add((1i64 << bits) - 1) <= LAST_FORMATTABLE_MS)
+            .unwrap_or(0)
+    }
+
     pub fn check_machine(&self, machine: i64) -> Result<(), LayoutError> {
         if machine < 0 || machine > self.max_machine() {
             return Err(LayoutError::MachineTooLarge {
@@ -159,7 +184,7 @@ impl Layout {
         if unix_ms < self.epoch_ms {
             return Err(LayoutError::BeforeEpoch { unix_ms });
         }
-        let time_ms = unix_ms - self.epoch_ms;
+        let time_ms = unix_ms.saturating_sub(self.epoch_ms);
         if time_ms > self.max_time_ms() {
             return Err(LayoutError::PastEnd {
                 unix_ms,
@@ -177,21 +202,26 @@ impl Layout {
         Ok(format!("{stamp}-{}-{}", parts.machine, parts.sequence))
     }
 
-    /// The inverse of `format`.
+    /// The inverse of `format`. Strict: no surrounding white space, no
+    /// sign, no leading zeros in the machine id and sequence, exactly 17
+    /// digits of time; so every ID has exactly one text form.
     pub fn parse_friendly(&self, text: &str) -> Result<i64, LayoutError> {
         let bad = || LayoutError::BadText(text.to_string());
-        let mut fields = text.trim().split('-');
+        let mut fields = text.split('-');
         let (Some(stamp), Some(machine), Some(sequence), None) =
             (fields.next(), fields.next(), fields.next(), fields.next())
         else {
             return Err(bad());
         };
         let unix_ms = parse_utc_compact(stamp).ok_or_else(bad)?;
-        let machine: i64 = parse_digits(machine).ok_or_else(bad)?;
-        let sequence: i64 = parse_digits(sequence).ok_or_else(bad)?;
+        let machine: i64 = parse_canonical(machine).ok_or_else(bad)?;
+        let sequence: i64 = parse_canonical(sequence).ok_or_else(bad)?;
         self.check_machine(machine)?;
         if sequence > self.max_sequence() {
-            return Err(bad());
+            return Err(LayoutError::SequenceTooLarge {
+                sequence,
+                sequence_bits: self.sequence_bits,
+            });
         }
         let time_ms = self.time_since_epoch(unix_ms)?;
         Ok(self.compose(Parts {
@@ -200,6 +230,15 @@ impl Layout {
             sequence,
         }))
     }
+}
+
+/// A non-negative decimal number as `format` writes it: digits only, no
+/// leading zero (except `0` itself).
+fn parse_canonical(text: &str) -> Option<i64> {
+    if text.len() > 1 && text.starts_with('0') {
+        return None;
+    }
+    parse_digits(text)
 }
 
 fn parse_digits(text: &str) -> Option<i64> {
@@ -359,6 +398,35 @@ pub fn machine_id_from_setting(setting: &str, hostname: &str) -> Result<i64, Str
     }
     parse_digits(setting)
         .ok_or_else(|| format!("\"{setting}\" is neither a non-negative integer nor 'hostname'"))
+}
+
+/// Whether a host name looks like a pod of a Kubernetes StatefulSet,
+/// `<name>-<ordinal>`: the only naming where `hostname` gives each server
+/// its own machine id. Returns why not, if it does not. Names such as
+/// `ip-10-0-9-17` (numbers taken from an address) or two StatefulSets
+/// (`orders-db-0`, `users-db-0`) share trailing numbers with other hosts.
+pub fn hostname_machine_id_doubt(hostname: &str, in_kubernetes: bool) -> Option<String> {
+    if !in_kubernetes {
+        return Some(format!(
+            "\"{hostname}\" is not a Kubernetes pod (KUBERNETES_SERVICE_HOST is not set); only the pods of one StatefulSet are sure to end in distinct numbers"
+        ));
+    }
+    let Some((name, ordinal)) = hostname.rsplit_once('-') else {
+        return Some(format!(
+            "\"{hostname}\" is not named like a StatefulSet pod (<name>-<ordinal>)"
+        ));
+    };
+    if parse_canonical(ordinal).is_none() || name.is_empty() {
+        return Some(format!(
+            "\"{hostname}\" is not named like a StatefulSet pod (<name>-<ordinal>)"
+        ));
+    }
+    if name.split('-').any(|part| parse_digits(part).is_some()) {
+        return Some(format!(
+            "\"{hostname}\" holds other numbers besides its trailing one, as names made from addresses do"
+        ));
+    }
+    None
 }
 
 #[cfg(test)]
@@ -561,6 +629,75 @@ mod tests {
             .contains("does not end in a number"));
         assert!(machine_id_from_setting("-1", "db").is_err());
         assert!(machine_id_from_setting("x", "db").is_err());
+    }
+
+    #[test]
+    fn friendly_text_is_strict_and_names_out_of_range_fields() {
+        let layout = default_layout();
+        for loose in [
+            " 20250101000000000-1-0",
+            "20250101000000000-1-0 ",
+            "20250101000000000-01-0",
+            "20250101000000000-1-00",
+            "20250101000000000-+1-0",
+        ] {
+            assert_eq!(
+                layout.parse_friendly(loose),
+                Err(LayoutError::BadText(loose.into())),
+                "{loose:?}"
+            );
+        }
+        assert_eq!(
+            layout.parse_friendly("20250101000000000-1024-0"),
+            Err(LayoutError::MachineTooLarge {
+                machine: 1024,
+                machine_bits: 10
+            })
+        );
+        assert_eq!(
+            layout.parse_friendly("20250101000000000-0-4096"),
+            Err(LayoutError::SequenceTooLarge {
+                sequence: 4096,
+                sequence_bits: 12
+            })
+        );
+        assert!(layout.parse_friendly("20250101000000000-0-0").is_ok());
+    }
+
+    #[test]
+    fn layouts_reaching_past_the_year_9999_are_known() {
+        assert_eq!(Layout::max_formattable_time_bits(DEFAULT_EPOCH_MS), 47);
+        let wide = Layout::new(DEFAULT_EPOCH_MS, 48, 3, 12, 63).unwrap();
+        assert!(wide.last_unix_ms() > LAST_FORMATTABLE_MS);
+        let ok = Layout::new(DEFAULT_EPOCH_MS, 47, 4, 12, 63).unwrap();
+        assert!(ok.last_unix_ms() <= LAST_FORMATTABLE_MS);
+        // Every ID of the widest allowed layout formats and parses back.
+        let last = ok.compose(Parts {
+            time_ms: ok.max_time_ms(),
+            machine: 15,
+            sequence: 4095,
+        });
+        assert_eq!(ok.parse_friendly(&ok.format(last).unwrap()), Ok(last));
+        assert_eq!(format_utc_compact(LAST_FORMATTABLE_MS), "99991231235959999");
+    }
+
+    #[test]
+    fn the_host_name_suits_machine_ids_only_in_one_statefulset() {
+        assert_eq!(hostname_machine_id_doubt("orders-db-3", true), None);
+        assert_eq!(hostname_machine_id_doubt("pg-0", true), None);
+        for (host, k8s) in [
+            ("pg-3", false),
+            ("ip-10-0-9-17", true),
+            ("ip-172-31-5-17", true),
+            ("db17", true),
+            ("pg-03", true),
+            ("-3", true),
+        ] {
+            assert!(
+                hostname_machine_id_doubt(host, k8s).is_some(),
+                "{host} {k8s}"
+            );
+        }
     }
 
     #[test]

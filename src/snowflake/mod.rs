@@ -5,12 +5,15 @@
 //! * `layout`: bit layout, friendly text form, epoch and machine-id
 //!   settings (pure).
 //! * `generator`: the clock state machine (pure).
-//! * `shared`: the state in shared memory, the state file, the keeper
-//!   worker that persists the high-water mark.
+//! * `state_file`: the state file's format, and what a start makes of it
+//!   (pure).
+//! * `shared`: the state in shared memory, reading and writing the state
+//!   file, the keeper worker that persists the high-water mark.
 //! * `sql`, `status`: the SQL functions and the status view.
 
 pub mod generator;
 pub mod layout;
 pub mod shared;
 pub mod sql;
+pub mod state_file;
 pub mod status;

@@ -35,14 +35,19 @@ fn javascript(state: &'static Snowflake) -> &'static Generator {
     &state.javascript
 }
 
+/// A Unix time in ms as a `timestamptz`; out of its range (or of i64
+/// microseconds) is an error, never a wrapped value.
 pub fn to_timestamptz(unix_ms: UnixMs) -> TimestampWithTimeZone {
-    let pg_micros = unix_ms * 1000 - PG_EPOCH_UNIX_MICROS;
-    TimestampWithTimeZone::try_from(pg_micros).unwrap_or_else(|_| {
-        IdgenError::TimestampOutOfRange {
-            problem: format!("{unix_ms} ms"),
-        }
-        .raise()
-    })
+    unix_ms
+        .checked_mul(1000)
+        .and_then(|micros| micros.checked_sub(PG_EPOCH_UNIX_MICROS))
+        .and_then(|pg_micros| TimestampWithTimeZone::try_from(pg_micros).ok())
+        .unwrap_or_else(|| {
+            IdgenError::TimestampOutOfRange {
+                problem: format!("{unix_ms} ms since 1970 is beyond timestamptz"),
+            }
+            .raise()
+        })
 }
 
 fn raise_layout_error(e: LayoutError, id: i64) -> ! {
@@ -76,10 +81,12 @@ fn raise_layout_error(e: LayoutError, id: i64) -> ! {
     }
 }
 
+/// The machine id and sequence are `bigint`: a layout may give either up
+/// to 62 bits.
 type ParsedRow = (
     name!(ts, TimestampWithTimeZone),
-    name!(machine_id, i32),
-    name!(sequence, i32),
+    name!(machine_id, i64),
+    name!(sequence, i64),
 );
 
 fn parse_with(layout: &Layout, id: i64) -> TableIterator<'static, ParsedRow> {
@@ -88,8 +95,8 @@ fn parse_with(layout: &Layout, id: i64) -> TableIterator<'static, ParsedRow> {
         .unwrap_or_else(|e| raise_layout_error(e, id));
     TableIterator::once((
         to_timestamptz(layout.epoch_ms + parts.time_ms),
-        parts.machine as i32,
-        parts.sequence as i32,
+        parts.machine,
+        parts.sequence,
     ))
 }
 
@@ -118,8 +125,8 @@ fn snowflake_parse(
     'static,
     (
         name!(ts, TimestampWithTimeZone),
-        name!(machine_id, i32),
-        name!(sequence, i32),
+        name!(machine_id, i64),
+        name!(sequence, i64),
     ),
 > {
     parse_with(snowflake_or_raise().main.layout(), id)
@@ -133,8 +140,8 @@ fn snowflake_js_parse(
     'static,
     (
         name!(ts, TimestampWithTimeZone),
-        name!(machine_id, i32),
-        name!(sequence, i32),
+        name!(machine_id, i64),
+        name!(sequence, i64),
     ),
 > {
     parse_with(snowflake_or_raise().javascript.layout(), id)
@@ -154,12 +161,28 @@ fn snowflake_format(id: i64) -> String {
 fn snowflake_from_format(text: &str) -> i64 {
     let layout = snowflake_or_raise().main.layout();
     layout.parse_friendly(text).unwrap_or_else(|e| match e {
-        LayoutError::BadText(_) | LayoutError::MachineTooLarge { .. } => {
-            IdgenError::BadSnowflakeText {
-                text: text.to_string(),
-            }
-            .raise()
+        LayoutError::BadText(_) => IdgenError::BadSnowflakeText {
+            text: text.to_string(),
         }
+        .raise(),
+        LayoutError::MachineTooLarge {
+            machine,
+            machine_bits,
+        } => IdgenError::SnowflakeFieldTooLarge {
+            field: "machine id",
+            value: machine,
+            bits: machine_bits,
+        }
+        .raise(),
+        LayoutError::SequenceTooLarge {
+            sequence,
+            sequence_bits,
+        } => IdgenError::SnowflakeFieldTooLarge {
+            field: "sequence",
+            value: sequence,
+            bits: sequence_bits,
+        }
+        .raise(),
         other => raise_layout_error(other, 0),
     })
 }
@@ -175,7 +198,10 @@ fn snowflake_from_timestamp(ts: TimestampWithTimeZone) -> i64 {
         }
         .raise();
     }
-    let unix_ms = (ts.into_inner() + PG_EPOCH_UNIX_MICROS).div_euclid(1000);
+    // i128: timestamps up to the year 294276 overflow i64 microseconds
+    // once moved to the Unix epoch.
+    let unix_ms = (i128::from(ts.into_inner()) + i128::from(PG_EPOCH_UNIX_MICROS)).div_euclid(1000);
+    let unix_ms = i64::try_from(unix_ms).unwrap_or(i64::MAX);
     layout
         .smallest_id_at(unix_ms)
         .unwrap_or_else(|e| raise_layout_error(e, 0))

@@ -15,7 +15,7 @@ fn snowflake_status_rows() -> TableIterator<
     'static,
     (
         name!(generator, String),
-        name!(machine_id, i32),
+        name!(machine_id, i64),
         name!(time_bits, i32),
         name!(machine_bits, i32),
         name!(sequence_bits, i32),
@@ -33,8 +33,7 @@ fn snowflake_status_rows() -> TableIterator<
 > {
     let state = snowflake_or_raise();
     // One row per generator.
-    let restarted_above = state.restarted_above_unix_ms.load(Ordering::Relaxed);
-    let keeper = state.keeper_pid.load(Ordering::Relaxed);
+    let keeper = state.keeper_pid();
     let row = |name: &str, g: &Generator| {
         let layout = g.layout();
         let issued = g.stats.issued.load(Ordering::Relaxed) as i64;
@@ -42,7 +41,7 @@ fn snowflake_status_rows() -> TableIterator<
         let persisted = g.persisted_limit();
         (
             name.to_string(),
-            g.machine() as i32,
+            g.machine(),
             layout.time_bits as i32,
             layout.machine_bits as i32,
             layout.sequence_bits as i32,
@@ -50,12 +49,12 @@ fn snowflake_status_rows() -> TableIterator<
             (issued > 0).then(|| to_timestamptz(last_ms)),
             (issued > 0).then(|| last_ms - now_unix_ms()),
             (persisted >= 0).then(|| to_timestamptz(layout.epoch_ms + persisted)),
-            (restarted_above > 0).then(|| to_timestamptz(restarted_above)),
+            (g.floor() >= 0).then(|| to_timestamptz(layout.epoch_ms + g.floor())),
             g.stats.clock_backwards.load(Ordering::Relaxed) as i64,
             g.stats.lead_waits.load(Ordering::Relaxed) as i64,
             g.stats.persist_waits.load(Ordering::Relaxed) as i64,
             issued,
-            (keeper > 0).then_some(keeper),
+            keeper,
         )
     };
     let mut rows = vec![row("default", &state.main)];

@@ -257,27 +257,40 @@ def test_the_extension_dropped_and_created_again_during_load(make_cluster, tortu
 
 def test_a_clock_jumping_back_10_s_during_load(make_cluster, torture):
     c = torture_cluster(make_cluster)
-    # libfaketime re-reads the offset from this file at every clock read;
-    # it lives in the cluster's directory, where the server can read it.
+    # libfaketime re-reads this file at every clock read; it lives in the
+    # cluster's directory, where the server can read it. An absolute date
+    # in it stops the clock there (read as UTC: TZ below).
     offset = os.path.join(c.dir, "faketime")
     with open(offset, "w") as f:
         f.write("+0\n")
     os.chmod(offset, 0o644)
-    c.restart(extra_env={"LD_PRELOAD": LIBFAKETIME, "FAKETIME_TIMESTAMP_FILE": offset,
+    c.restart(extra_env={"LD_PRELOAD": LIBFAKETIME, "FAKETIME_TIMESTAMP_FILE": offset, "TZ": "UTC",
                          "FAKETIME_NO_CACHE": "1", "FAKETIME_DONT_FAKE_MONOTONIC": "1"})
+    # First, certainly seen, whatever the machine's speed: the clock stopped
+    # a minute before the last ID issued. A call that may not wait fails at
+    # once, and counts the step back and the refusal.
+    c.sql("SELECT snowflake_nextval() FROM generate_series(1, 1000)")
+    (last,), = c.sql("SELECT extract(epoch FROM last_issued) FROM snowflake_status WHERE generator = 'default'")
+    with open(offset, "w") as f:
+        f.write(time.strftime("%Y-%m-%d %H:%M:%S\n", time.gmtime(float(last) - 60)))
+    with c.connect() as conn:
+        conn.execute("SET pg_idgen.snowflake_max_wait = 0")
+        with pytest.raises(errors.ObjectNotInPrerequisiteState):
+            conn.execute("SELECT snowflake_nextval()")
+    backwards, lead_waits = c.sql(
+        "SELECT clock_backwards, lead_waits FROM snowflake_status WHERE generator = 'default'")[0]
+    assert backwards > 0, "the clock step was not seen"
+    assert lead_waits > 0, "a minute back is beyond the 5 s lead: the call should have been refused"
+    # Then load across a clock running 10 s behind real time: at most 10 s
+    # behind the last ID, so no call needs more than the 10 s max_wait.
+    with open(offset, "w") as f:
+        f.write("-10\n")
     failures_before = torture["errors"].get("ObjectNotInPrerequisiteState (55000)", 0)
     drawers = Drawers(c, torture, sessions=3, reconnect=False)
     with drawers:
-        time.sleep(1.5)
-        with open(offset, "w") as f:
-            f.write("-10\n")
         time.sleep(8)
-        backwards, lead_waits = c.sql(
-            "SELECT clock_backwards, lead_waits FROM snowflake_status WHERE generator = 'default'")[0]
     torture["rounds"] += 1
     check_all(torture, drawers)
-    assert backwards > 0, "the clock step was not seen"
-    assert lead_waits > 0, "10 s back is beyond the 5 s lead: calls should have waited"
     assert torture["errors"].get("ObjectNotInPrerequisiteState (55000)", 0) == failures_before, \
         "a call failed instead of waiting for the clock"
 

@@ -8,6 +8,10 @@ CREATE EXTENSION pg_idgen;
 SELECT generator, machine_id, time_bits, machine_bits, sequence_bits, epoch, keeper_pid IS NOT NULL AS keeper_running
   FROM snowflake_status ORDER BY generator;
 
+-- Machine id and sequence are bigint.
+SELECT pg_typeof(machine_id) AS machine_type, pg_typeof(sequence) AS sequence_type FROM snowflake_parse(0);
+SELECT pg_typeof(machine_id) AS status_machine_type FROM snowflake_status LIMIT 1;
+
 -- Taking known IDs apart.
 SELECT * FROM snowflake_parse(0);
 SELECT * FROM snowflake_parse((1::bigint << 22) | (5 << 12) | 7);
@@ -50,6 +54,15 @@ SELECT snowflake_from_format('20250623131730192-1024-0');
 \echo :LAST_ERROR_SQLSTATE
 SELECT snowflake_from_format('20250623131730192-1-4096');
 \echo :LAST_ERROR_SQLSTATE
+-- The text form is strict: no white space, no leading zeros.
+SELECT snowflake_from_format(' 20250623131730192-1-0');
+\echo :LAST_ERROR_SQLSTATE
+SELECT snowflake_from_format('20250623131730192-1-0 ');
+\echo :LAST_ERROR_SQLSTATE
+SELECT snowflake_from_format('20250623131730192-01-0');
+\echo :LAST_ERROR_SQLSTATE
+SELECT snowflake_from_format('20250623131730192-1-00');
+\echo :LAST_ERROR_SQLSTATE
 SELECT snowflake_from_format('20251323131730192-1-0');
 \echo :LAST_ERROR_SQLSTATE
 SELECT snowflake_from_format('20241231235959999-0-0');
@@ -57,6 +70,8 @@ SELECT snowflake_from_format('20241231235959999-0-0');
 SELECT snowflake_from_timestamp('2024-12-31 23:59:59.999+00');
 \echo :LAST_ERROR_SQLSTATE
 SELECT snowflake_from_timestamp('2095-01-01 00:00:00+00');
+\echo :LAST_ERROR_SQLSTATE
+SELECT snowflake_from_timestamp('294000-01-01 00:00:00+00');
 \echo :LAST_ERROR_SQLSTATE
 SELECT snowflake_from_timestamp('infinity');
 \echo :LAST_ERROR_SQLSTATE

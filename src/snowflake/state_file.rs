@@ -1,0 +1,308 @@
+//! The format of `pg_idgen_snowflake.state`, the file that carries the
+//! snowflake high-water marks across restarts, and what a start makes of
+//! it. Pure: text in, text out; reading and writing the file is
+//! `shared.rs`'s business.
+//!
+//! # What the file promises
+//!
+//! For each generator, a *high-water ID*: no ID that generator ever issued
+//! (or could issue before the file is written again) is numerically above
+//! it. A start requires every new ID to be above it, whatever the layout and
+//! epoch are now, so no settings change can make an ID come out twice. The
+//! file also names the layout and epoch it was written under, so a start
+//! can say what changed.
+//!
+//! ```text
+//! pg_idgen snowflake state 2
+//! epoch_ms 1735689600000
+//! layout 41 10 12
+//! default 1234567890123
+//! javascript -1
+//! end
+//! ```
+//!
+//! `-1` means "nothing issued yet". The `end` line makes a truncated file
+//! unparsable instead of a smaller number. Version 0.1.0 wrote one line: a
+//! Unix time in ms no ID had reached, for both generators; it is still read
+//! (an upgrade leaves it behind), as written under today's settings.
+//!
+//! Only a missing file means a first start. Anything else that cannot be
+//! read — empty, garbage, a directory, no permission — is an error: a start
+//! without the mark could repeat IDs.
+
+use super::layout::{Layout, UnixMs};
+
+const MAGIC: &str = "pg_idgen snowflake state 2";
+
+/// What a start found in the state file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Saved {
+    /// Version 0.1.0's single number: no ID's time reached this Unix ms.
+    UnixMark(UnixMs),
+    /// The current format.
+    HighWater(HighWater),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HighWater {
+    /// The main layout (and epoch) the file was written under.
+    pub layout: Layout,
+    /// No ID of the main generator is above this (-1: none issued).
+    pub main: i64,
+    /// No ID of the JavaScript-safe generator is above this (-1: none).
+    pub javascript: i64,
+}
+
+/// Renders the file's content.
+pub fn render(state: &HighWater) -> String {
+    let l = &state.layout;
+    format!(
+        "{MAGIC}\nepoch_ms {}\nlayout {} {} {}\ndefault {}\njavascript {}\nend\n",
+        l.epoch_ms, l.time_bits, l.machine_bits, l.sequence_bits, state.main, state.javascript
+    )
+}
+
+/// Parses the file's content, strictly: any deviation is an error that
+/// says what is wrong.
+pub fn parse(text: &str) -> Result<Saved, String> {
+    if text.is_empty() {
+        return Err("the file is empty".into());
+    }
+    if let Some(number) = text.strip_suffix('\n') {
+        if !number.is_empty() && number.len() <= 18 && number.bytes().all(|b| b.is_ascii_digit()) {
+            return Ok(Saved::UnixMark(number.parse().map_err(|_| "bad number")?));
+        }
+    }
+    let Some(body) = text.strip_suffix("end\n") else {
+        return Err(
+            "it is not a pg_idgen snowflake state file (or it was cut short: no \"end\" line)"
+                .into(),
+        );
+    };
+    let lines: Vec<&str> = body.lines().collect();
+    let [magic, epoch, layout, main, javascript] = lines[..] else {
+        return Err(format!(
+            "it has {} lines before \"end\" instead of 5",
+            lines.len()
+        ));
+    };
+    if magic != MAGIC {
+        return Err(format!("its first line is not \"{MAGIC}\""));
+    }
+    let field = |line: &str, key: &str| -> Result<i64, String> {
+        let value = line
+            .strip_prefix(key)
+            .and_then(|rest| rest.strip_prefix(' '))
+            .ok_or_else(|| format!("expected a line \"{key} <number>\", found {line:?}"))?;
+        parse_integer(value).ok_or_else(|| format!("{key}: {value:?} is not an integer"))
+    };
+    let epoch_ms = field(epoch, "epoch_ms")?;
+    let bits: Vec<&str> = layout
+        .strip_prefix("layout ")
+        .map(|rest| rest.split(' ').collect())
+        .unwrap_or_default();
+    let [time, machine, sequence] = bits[..] else {
+        return Err(format!(
+            "expected a line \"layout <time> <machine> <sequence>\", found {layout:?}"
+        ));
+    };
+    let width = |text: &str| {
+        parse_integer(text)
+            .filter(|b| (0..=63).contains(b))
+            .map(|b| b as u32)
+            .ok_or_else(|| format!("layout: {text:?} is not a bit width"))
+    };
+    let layout = Layout::new(
+        epoch_ms,
+        width(time)?,
+        width(machine)?,
+        width(sequence)?,
+        63,
+    )
+    .map_err(|_| format!("layout {time} {machine} {sequence} does not add up to 63 bits"))?;
+    let high = |line: &str, key: &str| {
+        field(line, key).and_then(|v| {
+            (v >= -1)
+                .then_some(v)
+                .ok_or_else(|| format!("{key}: {v} is below -1"))
+        })
+    };
+    Ok(Saved::HighWater(HighWater {
+        layout,
+        main: high(main, "default")?,
+        javascript: high(javascript, "javascript")?,
+    }))
+}
+
+fn parse_integer(text: &str) -> Option<i64> {
+    let digits = text.strip_prefix('-').unwrap_or(text);
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    text.parse().ok()
+}
+
+/// The high-water ID a persisted limit (ms since the layout's epoch) stands
+/// for: the largest ID any machine could have at that time. -1 for none.
+pub fn high_water_id(layout: &Layout, limit_ms: i64) -> i64 {
+    if limit_ms < 0 {
+        return -1;
+    }
+    let limit_ms = limit_ms.min(layout.max_time_ms());
+    let below = layout.machine_bits + layout.sequence_bits;
+    (limit_ms << below) | ((1i64 << below) - 1)
+}
+
+/// The time (ms since `layout`'s epoch) a generator must start above so that
+/// every ID it issues is numerically above `high_id`: the time part of
+/// `high_id` read in `layout`. `None` when nothing was issued.
+pub fn floor_for(layout: &Layout, high_id: i64) -> Option<i64> {
+    (high_id >= 0).then(|| high_id >> (layout.machine_bits + layout.sequence_bits))
+}
+
+/// The floors of the main and the JavaScript-safe generator under today's
+/// settings, from what the file holds.
+pub fn floors(saved: &Saved, main: &Layout, javascript: &Layout) -> (Option<i64>, Option<i64>) {
+    match saved {
+        Saved::UnixMark(mark) => {
+            let since = |layout: &Layout| {
+                let t = mark - layout.epoch_ms;
+                (t >= 0).then_some(t.min(layout.max_time_ms()))
+            };
+            (since(main), since(javascript))
+        }
+        Saved::HighWater(h) => (floor_for(main, h.main), floor_for(javascript, h.javascript)),
+    }
+}
+
+/// When the settings changed since the file was written: a sentence saying
+/// how, for the log and for errors.
+pub fn settings_change(saved: &Saved, main: &Layout) -> Option<String> {
+    let Saved::HighWater(h) = saved else {
+        return None;
+    };
+    let (old, new) = (&h.layout, main);
+    let mut changes = Vec::new();
+    if old.epoch_ms != new.epoch_ms {
+        changes.push(format!(
+            "the epoch moved from {} to {} (Unix ms)",
+            old.epoch_ms, new.epoch_ms
+        ));
+    }
+    if (old.time_bits, old.machine_bits, old.sequence_bits)
+        != (new.time_bits, new.machine_bits, new.sequence_bits)
+    {
+        changes.push(format!(
+            "the layout changed from {}+{}+{} to {}+{}+{} bits",
+            old.time_bits,
+            old.machine_bits,
+            old.sequence_bits,
+            new.time_bits,
+            new.machine_bits,
+            new.sequence_bits
+        ));
+    }
+    (!changes.is_empty()).then(|| changes.join(" and "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::snowflake::layout::{Parts, DEFAULT_EPOCH_MS};
+
+    fn main_layout() -> Layout {
+        Layout::new(DEFAULT_EPOCH_MS, 41, 10, 12, 63).unwrap()
+    }
+
+    fn sample() -> HighWater {
+        HighWater {
+            layout: main_layout(),
+            main: 123_456_789_012,
+            javascript: -1,
+        }
+    }
+
+    #[test]
+    fn the_file_round_trips() {
+        let text = render(&sample());
+        assert_eq!(parse(&text), Ok(Saved::HighWater(sample())));
+        assert!(text.ends_with("end\n"));
+    }
+
+    #[test]
+    fn the_old_one_number_format_is_still_read() {
+        assert_eq!(
+            parse("1750000000000\n"),
+            Ok(Saved::UnixMark(1_750_000_000_000))
+        );
+        let (main, js) = floors(
+            &Saved::UnixMark(DEFAULT_EPOCH_MS + 5000),
+            &main_layout(),
+            &Layout::javascript_safe(DEFAULT_EPOCH_MS),
+        );
+        assert_eq!((main, js), (Some(5000), Some(5000)));
+    }
+
+    #[test]
+    fn anything_damaged_is_an_error_not_a_first_start() {
+        let good = render(&sample());
+        let cut = &good[..good.len() - 6];
+        let mut damaged = vec![
+            String::new(),
+            "garbage".into(),
+            "garbage\n".into(),
+            "1750000000000".into(),
+            " 1750000000000\n".into(),
+            "-5\n".into(),
+            cut.to_string(),
+            good.replace("default 123456789012", "default 12345x"),
+            good.replace("default 123456789012", "default -7"),
+            good.replace("layout 41 10 12", "layout 41 10 11"),
+            good.replace("state 2", "state 3"),
+            good.replace("javascript -1\n", ""),
+        ];
+        damaged.push(format!("{good}extra\n"));
+        for text in damaged {
+            assert!(parse(&text).is_err(), "{text:?} was accepted");
+        }
+    }
+
+    #[test]
+    fn every_new_id_is_above_the_high_water_whatever_the_layout() {
+        let old = main_layout();
+        let issued = old.compose(Parts {
+            time_ms: 10_000_000,
+            machine: 1023,
+            sequence: 4095,
+        });
+        let high = high_water_id(&old, 10_000_000);
+        assert!(high >= issued);
+        for (time, machine, sequence) in [(41, 10, 12), (43, 10, 10), (39, 4, 20), (50, 12, 1)] {
+            for epoch in [DEFAULT_EPOCH_MS, DEFAULT_EPOCH_MS + 86_400_000, 0] {
+                let new = Layout::new(epoch, time, machine, sequence, 63).unwrap();
+                let floor = floor_for(&new, high).unwrap();
+                // The smallest ID a generator starting above `floor` issues.
+                let first = new.compose(Parts {
+                    time_ms: floor + 1,
+                    machine: 0,
+                    sequence: 0,
+                });
+                assert!(first > high, "{new:?}: {first} <= {high}");
+                // And the high water written from that floor never drops.
+                assert!(high_water_id(&new, floor) >= high);
+            }
+        }
+        assert_eq!(floor_for(&old, -1), None);
+        assert_eq!(high_water_id(&old, -1), -1);
+    }
+
+    #[test]
+    fn a_settings_change_is_named() {
+        let saved = Saved::HighWater(sample());
+        assert_eq!(settings_change(&saved, &main_layout()), None);
+        let later = Layout::new(DEFAULT_EPOCH_MS + 1000, 43, 10, 10, 63).unwrap();
+        let said = settings_change(&saved, &later).unwrap();
+        assert!(said.contains("epoch moved"), "{said}");
+        assert!(said.contains("41+10+12 to 43+10+10"), "{said}");
+    }
+}
