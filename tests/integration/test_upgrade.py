@@ -67,6 +67,19 @@ def test_a_0_1_0_database_updates_in_place_and_repeats_nothing(make_cluster, old
                "WHERE refobjid = (SELECT oid FROM pg_extension WHERE extname = 'pg_idgen') "
                "AND deptype = 'e' ORDER BY 1")
     assert c.sql(objects, dbname=db) == c.sql(objects, dbname=fresh)
+    # ... with the same signatures, result types, volatility and privileges.
+    functions = ("SELECT p.proname, pg_get_function_arguments(p.oid), pg_get_function_result(p.oid), "
+                 "p.provolatile, p.proparallel, p.proisstrict, p.prosrc, coalesce(p.proacl::text, '') "
+                 "FROM pg_proc p JOIN pg_depend d ON d.objid = p.oid AND d.classid = 'pg_proc'::regclass "
+                 "WHERE d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'pg_idgen') "
+                 "AND d.deptype = 'e' ORDER BY 1, 2")
+    assert c.sql(functions, dbname=db) == c.sql(functions, dbname=fresh)
+    views = ("SELECT c.relname, a.attname, format_type(a.atttypid, a.atttypmod), "
+             "coalesce(c.relacl::text, '') FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid "
+             "WHERE c.relname IN ('segment_status', 'snowflake_status') AND a.attnum > 0 ORDER BY 1, a.attnum")
+    assert c.sql(views, dbname=db) == c.sql(views, dbname=fresh)
+    triggers = "SELECT tgname, pg_get_triggerdef(oid) FROM pg_trigger WHERE NOT tgisinternal ORDER BY 1"
+    assert c.sql(triggers, dbname=db) == c.sql(triggers, dbname=fresh)
 
 
 def test_a_dump_taken_under_0_1_0_restores_under_0_2_0_above_every_id(make_cluster, old_script,
