@@ -214,7 +214,10 @@ pub fn row_state(table_oid: u32, tag: &[u8]) -> RowState {
         if relation.is_null() {
             return RowState::NoTable;
         }
+        #[cfg(not(feature = "pg18"))]
         let index = pg_sys::RelationGetPrimaryKeyIndex(relation);
+        #[cfg(feature = "pg18")]
+        let index = pg_sys::RelationGetPrimaryKeyIndex(relation, false);
         let mut key: pg_sys::ScanKeyData = std::mem::zeroed();
         pg_sys::ScanKeyInit(
             &mut key,
