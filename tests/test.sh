@@ -1,33 +1,84 @@
 #!/usr/bin/env bash
-# The whole test suite: formatting and lints, plain #[test]s and #[pg_test]s
-# (cargo pgrx test), the SQL regression files (pg_regress) and the
-# integration tests (pytest, each on throwaway clusters). Exits non-zero on
-# any failure. `.ci/run` calls exactly this.
+# The whole test suite, on every supported PostgreSQL: formatting and lints,
+# then per version the plain #[test]s and #[pg_test]s (cargo pgrx test),
+# the SQL regression files (pg_regress) and the integration tests (pytest,
+# each on throwaway clusters). PostgreSQL 15 runs everything; 16, 17 and 18
+# run the core integration tests: concurrency, crash and restart, the
+# calling-context matrix, upgrades. Exits non-zero on any failure.
+# `.ci/run` calls exactly this.
+#
+#   bash tests/test.sh                 # 15, 16, 17 and 18
+#   bash tests/test.sh --pg 17         # one version (repeat --pg for more)
+#   bash tests/test.sh -- -k contexts  # pytest arguments after --
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
 
-bash tests/setup.sh
+versions=()
+pytest_args=()
+while (($#)); do
+    case $1 in
+        --pg) versions+=("$2"); shift 2 ;;
+        --) shift; pytest_args=("$@"); break ;;
+        *) pytest_args+=("$1"); shift ;;
+    esac
+done
+
+PG_IDGEN_SETUP_INSTALL=0 bash tests/setup.sh
+source tests/pg_versions.sh
+((${#versions[@]})) || versions=("${PG_IDGEN_VERSIONS[@]}")
+for major in "${versions[@]}"; do require_pg "$major"; done
+
+# The integration tests every version runs; 15 runs all of them.
+CORE_TESTS=(
+    tests/integration/test_contexts.py
+    tests/integration/test_upgrade.py
+    tests/integration/test_segment.py::test_four_sessions_racing_refills_never_share_an_id
+    tests/integration/test_segment.py::test_ids_drawn_in_rolled_back_transactions_are_never_reused
+    tests/integration/test_segment.py::test_a_waiting_call_shows_its_wait_event
+    tests/integration/test_snowflake.py::test_four_sessions_of_a_million_ids_never_collide
+    tests/integration/test_snowflake.py::test_a_crash_never_repeats_a_snowflake_id
+    tests/integration/test_snowflake.py::test_a_restart_with_the_clock_an_hour_back_issues_only_larger_ids
+    tests/integration/test_torture.py::test_crash_loop_never_repeats_an_id
+    tests/integration/test_lifecycle.py
+)
 
 echo; echo "== cargo fmt --check"
 cargo fmt --check
 echo; echo "== cargo clippy -D warnings"
-cargo clippy --all-targets --features "pg15 pg_test" -- -D warnings
+cargo clippy --all-targets --features "pg15 pg_test failpoints" -- -D warnings
 
 work=$(mktemp -d /tmp/pg_idgen-test.XXXXXX)
 chown postgres: "$work"
 trap 'rm -rf "$work"' EXIT
 
-echo; echo "== cargo pgrx test (plain #[test]s and #[pg_test]s)"
-cargo pgrx test pg15 --runas postgres --pgdata "$work/pgrx-data"
+for major in "${versions[@]}"; do
+    pg_config=$(pg_config_for "$major")
+    features=(--no-default-features --features "pg$major")
+    echo; echo "======== PostgreSQL $major ($("$pg_config" --version))"
 
-# cargo pgrx test installed its debug build with the test schema; put the
-# release build back for the rest of the suite.
-echo; echo "== reinstalling the release build"
-cargo pgrx install --release --features failpoints --pg-config /usr/lib/postgresql/15/bin/pg_config 2>&1 | grep -E 'Finished|error' || true
+    echo; echo "== cargo pgrx test pg$major (plain #[test]s and #[pg_test]s)"
+    cargo pgrx test "pg$major" "${features[@]}" --runas postgres --pgdata "$work/pgrx-data-$major"
 
-echo; echo "== SQL regression files"
-bash tests/regress/run.sh
+    # cargo pgrx test installed its debug build with the test schema; put a
+    # build with the test-only failpoints in place for the rest. 15 gets
+    # the shipped release profile; the others an unlinked-LTO one, to keep
+    # the suite within its time.
+    profile=(--release)
+    [[ $major == "$PG_DEBIAN_MAJOR" ]] || profile=(--profile suite)
+    echo; echo "== installing pg_idgen (${profile[*]}, failpoints) into PostgreSQL $major"
+    cargo pgrx install "${profile[@]}" --no-default-features --features "pg$major failpoints" \
+        --pg-config "$pg_config" 2>&1 | grep -E 'Finished|error' || true
 
-echo; echo "== integration tests"
-.venv/bin/python -m pytest -p no:cacheprovider tests/integration "$@"
+    export PG_BIN
+    PG_BIN=$(pg_bin_for "$major")
+    echo; echo "== SQL regression files"
+    bash tests/regress/run.sh
+
+    echo; echo "== integration tests"
+    if [[ $major == "$PG_DEBIAN_MAJOR" ]]; then
+        .venv/bin/python -m pytest -p no:cacheprovider tests/integration "${pytest_args[@]}"
+    else
+        .venv/bin/python -m pytest -p no:cacheprovider "${CORE_TESTS[@]}" "${pytest_args[@]}"
+    fi
+done

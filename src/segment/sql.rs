@@ -460,7 +460,7 @@ fn next_id_slow(
             pg_sys::ConditionVariableTimedSleep(
                 slot.cv(),
                 sleep.as_millis().max(1) as _,
-                pg_sys::PG_WAIT_EXTENSION,
+                crate::wait_events::refill_wait(),
             );
         }
     }

@@ -63,7 +63,9 @@ pub struct SnowflakeConfig {
     pub machine: i64,
 }
 
-static CONFIG: AtomicPtr<SnowflakeConfig> = AtomicPtr::new(null_mut());
+/// Parsed once, in the postmaster's `_PG_init`; every process forked from
+/// it inherits the value.
+static CONFIG: once_cell::sync::OnceCell<SnowflakeConfig> = once_cell::sync::OnceCell::new();
 
 fn setting_text(setting: &pgrx::guc::GucSetting<Option<std::ffi::CString>>) -> String {
     setting
@@ -169,10 +171,8 @@ pub fn load_config() {
             .report(PgLogLevel::WARNING);
         }
     }
-    CONFIG.store(
-        Box::into_raw(Box::new(SnowflakeConfig { layout, machine })),
-        Ordering::Release,
-    );
+    // A second call (never made) would keep the first value.
+    let _ = CONFIG.set(SnowflakeConfig { layout, machine });
 }
 
 /// The cluster's snowflake state.
@@ -265,8 +265,7 @@ fn check_settings_change(
 /// `base` points at `shmem_size()` bytes of fresh shared memory (when
 /// `found` is false); the caller holds AddinShmemInitLock.
 pub unsafe fn attach(base: *mut u8, found: bool) {
-    // SAFETY: CONFIG is set once in _PG_init, before the startup hook.
-    let Some(config) = (unsafe { CONFIG.load(Ordering::Acquire).as_ref() }) else {
+    let Some(config) = CONFIG.get() else {
         return;
     };
     let state = base as *mut Snowflake;

@@ -294,6 +294,7 @@ def markdown(results, mode):
         "|---|---:|---:|",
     ]
     names = {"atomic_fetch_add": "bare `AtomicU64::fetch_add`", "segment_chain_take": "segment range chain take",
+             "locked_double_buffer": "Leaf-style double buffer behind a `parking_lot::Mutex`",
              "snowflake_state_machine": "snowflake state machine (clock stopped)",
              "snowflake_exact_clock": "snowflake with an exact clock read per ID"}
     for key, label in names.items():

@@ -335,3 +335,34 @@ def test_no_room_for_a_refill_worker_is_a_clear_error(make_cluster):
         c.sql("SELECT segment_nextval('crowded')")
     assert 'could not start the pg_idgen refill worker for database "postgres"' in str(caught.value)
     assert "max_worker_processes" in caught.value.diag.message_hint
+
+
+def test_a_waiting_call_shows_its_wait_event(cluster, db):
+    """From PostgreSQL 17 a call waiting for a refill shows pg_idgen's own
+    wait event in pg_stat_activity; before 17, the generic Extension."""
+    cluster.sql("SELECT segment_create('shown', step => 100)", dbname=db)
+    (version,), = cluster.sql("SHOW server_version_num")
+    expected = "PgIdgenRefill" if int(version) >= 170000 else "Extension"
+    with row_locked(cluster, db, "shown"), cluster.connect(db) as waiter:
+        waiter.execute("SET pg_idgen.refill_timeout = '60s'")
+        pid = waiter.info.backend_pid
+        caught = []
+        thread = threading.Thread(target=lambda: _expect_error(waiter, caught))
+        thread.start()
+        try:
+            seen = wait_for(lambda: cluster.sql(
+                "SELECT wait_event_type, wait_event FROM pg_stat_activity WHERE pid = %s",
+                (pid,)) == [("Extension", expected)], timeout=30)
+        finally:
+            cluster.sql("SELECT pg_cancel_backend(%s)", (pid,))
+            thread.join(30)
+        assert seen, cluster.sql("SELECT wait_event_type, wait_event FROM pg_stat_activity "
+                                 "WHERE pid = %s", (pid,))
+        assert caught and isinstance(caught[0], errors.QueryCanceled)
+
+
+def _expect_error(conn, caught):
+    try:
+        conn.execute("SELECT segment_nextval('shown')")
+    except psycopg.Error as e:
+        caught.append(e)

@@ -1,6 +1,8 @@
 //! Ops per second of pg_idgen's lock-free cores, outside PostgreSQL, with 1
 //! and 2 threads, beside a bare `AtomicU64::fetch_add` on one shared
-//! counter. Prints one line per measurement: `name threads ops_per_second`.
+//! counter and the lock-based double buffer of Leaf and the seed's blog (a
+//! `parking_lot::Mutex` around the current and the next segment). Prints one
+//! line per measurement: `name threads ops_per_second`.
 
 #![allow(dead_code)]
 
@@ -21,6 +23,53 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 const RUN: Duration = Duration::from_millis(700);
+
+/// The seeds' double buffer done with a lock, as Leaf and the blog do it: a
+/// `Mutex` guards the current segment and the one fetched ahead; each ID is
+/// one lock, one increment and one unlock. Segments come from a counter
+/// standing in for `id_segment` (no waiting: the ceiling of the design).
+struct LockedDoubleBuffer {
+    segments: parking_lot::Mutex<Segments>,
+    max_id: AtomicU64,
+    step: u64,
+}
+
+struct Segments {
+    next_id: u64,
+    end: u64,
+    ahead: Option<(u64, u64)>,
+}
+
+impl LockedDoubleBuffer {
+    fn new(step: u64) -> Self {
+        LockedDoubleBuffer {
+            segments: parking_lot::Mutex::new(Segments { next_id: 1, end: 1, ahead: None }),
+            max_id: AtomicU64::new(0),
+            step,
+        }
+    }
+
+    fn fetch_segment(&self) -> (u64, u64) {
+        let first = self.max_id.fetch_add(self.step, Ordering::Relaxed) + 1;
+        (first, first + self.step)
+    }
+
+    fn take(&self) -> u64 {
+        let mut s = self.segments.lock();
+        if s.next_id == s.end {
+            let (first, end) = s.ahead.take().unwrap_or_else(|| self.fetch_segment());
+            s.next_id = first;
+            s.end = end;
+        }
+        let id = s.next_id;
+        s.next_id += 1;
+        // Past 80% of the segment: fetch the next one ahead (the seeds' mark).
+        if s.ahead.is_none() && (s.end - s.next_id) * 5 < self.step {
+            s.ahead = Some(self.fetch_segment());
+        }
+        id
+    }
+}
 
 /// Runs `op` on `threads` threads for `RUN`; returns total ops per second.
 fn measure(threads: usize, op: impl Fn() + Sync + Send + 'static) -> f64 {
@@ -79,6 +128,12 @@ fn main() {
         let c = counter.clone();
         println!("atomic_fetch_add {threads} {:.0}", measure(threads, move || {
             std::hint::black_box(c.fetch_add(1, Ordering::Relaxed));
+        }));
+
+        let locked = Arc::new(LockedDoubleBuffer::new(1000));
+        let l = locked.clone();
+        println!("locked_double_buffer {threads} {:.0}", measure(threads, move || {
+            std::hint::black_box(l.take());
         }));
 
         // One endless range: the fast path alone, no refills.
