@@ -12,8 +12,10 @@
 #   --pg     which PostgreSQL major version(s) to package (default: all;
 #            a version whose pg_config is missing is skipped with a message,
 #            unless it was asked for by number).
-#   --test   afterwards, test the .deb on Debian's PostgreSQL 15
-#            (tests/package_test.sh, under the PG15 lock).
+#   --test   afterwards, test each package built (tests/package_test.sh):
+#            the .deb installed into Debian's PostgreSQL 15 and removed
+#            again, under the PG15 lock; a tarball unpacked over a scratch
+#            copy of its version's install tree.
 #
 # Where pg_config is looked for: PostgreSQL 15 at
 # /usr/lib/postgresql/15/bin/pg_config, 16-18 at
@@ -35,7 +37,7 @@ while (($#)); do
         --pg) which=${2:?--pg needs 15, 16, 17, 18 or all}; shift 2 ;;
         --pg=*) which=${1#--pg=}; shift ;;
         --test) run_test=1; shift ;;
-        -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
         *) echo "package.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -44,9 +46,6 @@ case $which in
     15|16|17|18) majors=("$which") ;;
     *) echo "package.sh: --pg takes 15, 16, 17, 18 or all, not '$which'" >&2; exit 2 ;;
 esac
-if ((run_test)) && [[ " ${majors[*]} " != *" 15 "* ]]; then
-    echo "package.sh: --test tests the PostgreSQL 15 .deb; use it with --pg 15 or --pg all" >&2; exit 2
-fi
 
 version=$(sed -n 's/^version *= *"\(.*\)"/\1/p' Cargo.toml | head -1)
 [[ -n $version ]] || { echo "package.sh: no version in Cargo.toml" >&2; exit 1; }
@@ -225,5 +224,19 @@ for f in "${built[@]}"; do printf '    %-60s %8s bytes\n' "${f##*/}" "$(stat -c 
 ((${#skipped[@]} == 0)) || echo "    skipped PostgreSQL ${skipped[*]} (see above)"
 
 if ((run_test)); then
-    bash tests/package_test.sh "$OUT/postgresql-15-pg-idgen_${version}_${deb_arch}.deb"
+    failures=()
+    for f in "${built[@]}"; do
+        step "testing ${f##*/}"
+        if [[ $f == *.deb ]]; then
+            bash tests/package_test.sh "$f" || failures+=("${f##*/}")
+        else
+            bash tests/package_test.sh --tarball "$f" || failures+=("${f##*/}")
+        fi
+    done
+    echo
+    if ((${#failures[@]})); then
+        echo "package.sh: tests failed for: ${failures[*]}" >&2
+        exit 1
+    fi
+    echo "package.sh: every package built here passed its test (${#built[@]})"
 fi
