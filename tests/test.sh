@@ -4,7 +4,8 @@
 # the SQL regression files (pg_regress) and the integration tests (pytest,
 # each on throwaway clusters). PostgreSQL 15 runs everything; 16, 17 and 18
 # run the core integration tests: concurrency, crash and restart, the
-# calling-context matrix, upgrades. Exits non-zero on any failure.
+# calling-context matrix, upgrades. Last, the PostgreSQL 15 package is
+# built, installed, used and removed. Exits non-zero on any failure.
 # `.ci/run` calls exactly this.
 #
 #   bash tests/test.sh                 # 15, 16, 17 and 18
@@ -82,3 +83,8 @@ for major in "${versions[@]}"; do
         .venv/bin/python -m pytest -p no:cacheprovider "${CORE_TESTS[@]}" "${pytest_args[@]}"
     fi
 done
+
+if [[ " ${versions[*]} " == *" $PG_DEBIAN_MAJOR "* ]]; then
+    echo; echo "== packages: the PostgreSQL 15 .deb built, installed, used and removed"
+    PG_BIN=$(pg_bin_for "$PG_DEBIAN_MAJOR") bash tests/package.sh --pg "$PG_DEBIAN_MAJOR" --test
+fi
