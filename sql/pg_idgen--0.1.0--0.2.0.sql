@@ -4,13 +4,14 @@
 -- database in place.
 \echo Use "ALTER EXTENSION pg_idgen UPDATE TO '0.2.0'" to load this file. \quit
 
--- max_id never moves back (src/segment/guard.rs): the refusal that 0.1.0
--- kept in shared memory only, now durable.
+-- max_id never moves back and a row never moves to another tag
+-- (src/segment/guard.rs): the refusal that 0.1.0 kept in shared memory
+-- only, now durable.
 CREATE FUNCTION id_segment_guard() RETURNS trigger
     LANGUAGE c AS 'MODULE_PATHNAME', 'id_segment_guard_wrapper';
 CREATE TRIGGER id_segment_max_id_never_decreases
-    BEFORE UPDATE OF max_id ON id_segment
-    FOR EACH ROW WHEN (NEW.max_id < OLD.max_id)
+    BEFORE UPDATE OF max_id, biz_tag ON id_segment
+    FOR EACH ROW WHEN (NEW.max_id < OLD.max_id OR NEW.biz_tag <> OLD.biz_tag)
     EXECUTE FUNCTION id_segment_guard();
 
 -- Machine ids and sequences can exceed int in wide layouts: parse results

@@ -130,6 +130,11 @@ pub enum IdgenError {
         from: i64,
         to: i64,
     },
+    /// An UPDATE tried to change `id_segment.biz_tag`.
+    TagRenamed {
+        from: String,
+        to: String,
+    },
     /// The calling transaction wrote or locked the row a refill needs.
     RowHeldByCaller {
         tag: String,
@@ -264,6 +269,7 @@ impl IdgenError {
             IdgenError::TimestampOutOfRange { .. } => ERRCODE_DATETIME_FIELD_OVERFLOW,
             IdgenError::Internal { .. } => ERRCODE_INTERNAL_ERROR,
             IdgenError::MaxIdDecrease { .. } => ERRCODE_CHECK_VIOLATION,
+            IdgenError::TagRenamed { .. } => ERRCODE_CHECK_VIOLATION,
             IdgenError::RowHeldByCaller { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             IdgenError::ExtensionDropped => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             IdgenError::RefillFailed { sqlstate, .. } => PgSqlErrorCode::from(*sqlstate),
@@ -343,6 +349,9 @@ impl IdgenError {
             IdgenError::MaxIdDecrease { tag, from, to } => format!(
                 "id_segment.max_id of segment tag \"{tag}\" cannot move back from {from} to {to}: IDs up to {from} may have been handed out"
             ),
+            IdgenError::TagRenamed { from, to } => format!(
+                "id_segment.biz_tag cannot change from \"{from}\" to \"{to}\": the row would hand out IDs \"{to}\" may already have handed out"
+            ),
             IdgenError::RowHeldByCaller { tag } => format!(
                 "segment tag \"{tag}\" needs a new range, but this transaction has changed or locked its id_segment row"
             ),
@@ -399,6 +408,7 @@ impl IdgenError {
             IdgenError::TimestampOutOfRange { .. } => "Pass a finite timestamp between pg_idgen.snowflake_epoch and the end of the layout's time bits.".into(),
             IdgenError::Internal { .. } => "This is a bug in pg_idgen; please report it with the server log.".into(),
             IdgenError::MaxIdDecrease { .. } => "Leave max_id where it is. To lower it on purpose, knowing that IDs above the new value will be handed out again, a superuser runs the UPDATE after SET LOCAL pg_idgen.allow_max_id_decrease = on in the same transaction.".into(),
+            IdgenError::TagRenamed { to, .. } => format!("To give a table a new tag, create it with segment_create({}, start => <above every ID in use>) and drop the old one with segment_drop(). A superuser who means it runs the UPDATE after SET LOCAL pg_idgen.allow_max_id_decrease = on.", quote_literal(to)),
             IdgenError::RowHeldByCaller { .. } => "Commit or roll back the change to the id_segment row first (the refill worker waits for it), or draw the IDs before changing the row.".into(),
             IdgenError::ExtensionDropped => "Run the statement again; IDs cached before the drop are never handed out.".into(),
             IdgenError::RefillFailed { hint, .. } => hint.clone(),

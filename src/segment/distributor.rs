@@ -22,8 +22,9 @@
 //!
 //! Backends read the row themselves only on their slow path (`row_state`:
 //! does the tag exist, and did the calling transaction write or lock it?)
-//! and, for a tag created by their own transaction, take ranges in that
-//! transaction (`take_range_in_caller_transaction`).
+//! and, for a tag created by their own transaction, raise its `max_id` past
+//! the IDs they handed out just before that transaction commits
+//! (`raise_max_id`).
 //!
 //! It is a plain single-row CAS: no advisory locks, no `ctid`, no
 //! `FOR UPDATE`, so an application, another server or `postgres_fdw` can run
@@ -263,42 +264,67 @@ pub fn row_state(table_oid: u32, tag: &[u8]) -> RowState {
     }
 }
 
-/// (`OPERATOR(...)` operators all share one precedence: the parentheses
-/// below are needed.)
-///
-/// Takes `steps` steps of `tag`'s row in the *caller's* transaction, for a
-/// tag that transaction created: nobody else can see the row until it
-/// commits, and if it rolls back the tag never existed. Never below
-/// `above` (IDs this transaction already handed out, in case a rolled-back
-/// savepoint took `max_id` back). Returns the range `[first, last]`.
-pub fn take_range_in_caller_transaction(
-    table_name: &str,
-    owner: pg_sys::Oid,
-    tag: &str,
-    steps: i64,
-    above: i64,
-) -> Result<Option<(i64, i64)>, pgrx::spi::Error> {
+/// Raises `tag`'s `max_id` to at least `handed_out`, in the calling
+/// transaction as it is about to commit, for a tag that transaction created
+/// and drew IDs from (see `created_here.rs`). Nobody else can see the row
+/// yet, so no version check is needed. Does nothing if the table is gone.
+pub fn raise_max_id(table_oid: u32, tag: &str, handed_out: i64) {
+    let Some((name, owner)) = table_name_and_owner(table_oid) else {
+        return;
+    };
     let update = format!(
-        "UPDATE {table_name} \
-            SET max_id = GREATEST(max_id, $3) OPERATOR(pg_catalog.+) (step::pg_catalog.int8 OPERATOR(pg_catalog.*) $2), \
-                version = version OPERATOR(pg_catalog.+) 1, updated_at = pg_catalog.now() \
-          WHERE biz_tag OPERATOR(pg_catalog.=) $1 \
-      RETURNING GREATEST(max_id OPERATOR(pg_catalog.-) (step::pg_catalog.int8 OPERATOR(pg_catalog.*) $2), $3) OPERATOR(pg_catalog.+) 1, max_id"
+        "UPDATE {name} SET max_id = GREATEST(max_id, $2), updated_at = pg_catalog.now() \
+          WHERE biz_tag OPERATOR(pg_catalog.=) $1"
     );
-    as_owner(owner, || {
+    // SAFETY: called before the commit, inside the transaction; the
+    // snapshot pushed here is popped below (or by the abort on ERROR).
+    unsafe {
+        pg_sys::CommandCounterIncrement();
+        pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
+    }
+    let result = as_owner(owner, || {
         Spi::connect_mut(|client| {
-            let rows = client.update(
-                update.as_str(),
-                Some(1),
-                &[tag.into(), steps.into(), above.into()],
-            )?;
-            if rows.is_empty() {
-                return Ok(None);
-            }
-            let row = rows.first();
-            Ok(row.get::<i64>(1)?.zip(row.get::<i64>(2)?))
+            client
+                .update(update.as_str(), None, &[tag.into(), handed_out.into()])
+                .map(|_| ())
         })
-    })
+    });
+    // SAFETY: matches the push above.
+    unsafe { pg_sys::PopActiveSnapshot() };
+    if let Err(e) = result {
+        crate::errors::IdgenError::Internal {
+            context: "raising max_id before commit",
+            message: e.to_string(),
+        }
+        .raise();
+    }
+}
+
+/// The schema-qualified name and the owner of table `table_oid`, if it
+/// still exists.
+pub fn table_name_and_owner(table_oid: u32) -> Option<(String, pg_sys::Oid)> {
+    // SAFETY: syscache and relcache look-ups inside a transaction; a NULL
+    // answer means the table is gone.
+    unsafe {
+        let relid = pg_sys::Oid::from(table_oid);
+        let relation = pg_sys::RelationIdGetRelation(relid);
+        if relation.is_null() {
+            return None;
+        }
+        let owner = (*(*relation).rd_rel).relowner;
+        pg_sys::RelationClose(relation);
+        let schema = pg_sys::get_namespace_name(pg_sys::get_rel_namespace(relid));
+        let relname = pg_sys::get_rel_name(relid);
+        if schema.is_null() || relname.is_null() {
+            return None;
+        }
+        let quote = |name| {
+            std::ffi::CStr::from_ptr(pg_sys::quote_identifier(name))
+                .to_string_lossy()
+                .into_owned()
+        };
+        Some((format!("{}.{}", quote(schema), quote(relname)), owner))
+    }
 }
 
 /// Runs `body` as `owner` in a security-restricted context, as autovacuum

@@ -1,12 +1,15 @@
 //! The guard on `id_segment`: a trigger that refuses any UPDATE lowering
-//! `max_id`, the largest ID already handed to some allocator. Lowering it
-//! would let IDs be handed out again, and unlike a check kept in shared
-//! memory the refusal holds across restarts and for every allocator.
+//! `max_id`, the largest ID already handed to some allocator, or changing
+//! `biz_tag` (moving a row onto another tag hands that tag's IDs out
+//! again). Unlike a check kept in shared memory the refusal holds across
+//! restarts and for every allocator.
 //!
-//! The trigger fires only `WHEN (NEW.max_id < OLD.max_id)` (see
-//! `sql/finalize.sql`), so refills, which only add, never call it. A
-//! superuser who lowers `max_id` on purpose sets
-//! `pg_idgen.allow_max_id_decrease` for that transaction.
+//! The trigger fires only `WHEN (NEW.max_id < OLD.max_id OR NEW.biz_tag <>
+//! OLD.biz_tag)` (see `sql/finalize.sql`), so refills, which only add,
+//! never call it. A superuser who means it sets
+//! `pg_idgen.allow_max_id_decrease` for that transaction. What it cannot
+//! see: a row deleted and inserted again (that is `segment_drop` and
+//! `segment_create`: a new tag), and changes made with triggers off.
 
 use crate::errors::IdgenError;
 use crate::gucs;
@@ -27,6 +30,14 @@ fn id_segment_guard<'a>(
     let from: Option<i64> = old.get_by_name("max_id")?;
     let to: Option<i64> = new.get_by_name("max_id")?;
     let tag: Option<String> = old.get_by_name("biz_tag")?;
+    let new_tag: Option<String> = new.get_by_name("biz_tag")?;
+    if new_tag != tag {
+        IdgenError::TagRenamed {
+            from: tag.unwrap_or_default(),
+            to: new_tag.unwrap_or_default(),
+        }
+        .raise();
+    }
     match (from, to) {
         (Some(from), Some(to)) if to < from => IdgenError::MaxIdDecrease {
             tag: tag.unwrap_or_default(),

@@ -8,11 +8,13 @@
 //!   protocol.
 //! * `distributor`: the version-CAS on `id_segment` (SPI).
 //! * `worker`: the per-database refill worker.
+//! * `created_here`: tags created by the calling transaction.
 //! * `lifecycle`: frees cached ranges when DDL drops their table or database.
 //! * `guard`: the trigger that keeps `id_segment.max_id` from moving back.
 //! * `sql`, `status`: the SQL functions and the status view.
 
 pub mod chain;
+pub mod created_here;
 pub mod distributor;
 pub mod guard;
 pub mod lifecycle;

@@ -18,12 +18,13 @@
 //! waking or starting the worker, waiting for a refill — is the slow path.
 //!
 //! A tag gets a slot in shared memory only once its row is visible to the
-//! caller (`distributor::row_state`), so made-up tags fill nothing. A tag
-//! whose row the calling transaction created takes its ranges in that
-//! transaction (`TxnRanges`): the worker cannot see the row yet, and if the
+//! caller (`distributor::row_state`), so made-up tags fill nothing. The
+//! IDs of a tag the calling transaction created come from that transaction
+//! (`created_here`): the worker cannot see the row yet, and if the
 //! transaction rolls back the tag never existed.
 
 use super::chain::Taken;
+use super::created_here;
 use super::distributor::{self, RowState};
 use super::registry::{registry, Lookup, Registry};
 use super::worker;
@@ -57,27 +58,10 @@ struct CallSite {
     tag: [u8; TAG_MAX_BYTES],
 }
 
-/// IDs of a tag created by the current transaction, taken from its row in
-/// that transaction. Discarded when the transaction ends.
-struct TxnRange {
-    transaction: pg_sys::TransactionId,
-    next: i64,
-    last: i64,
-    /// Largest ID handed out from it: never again, even if a savepoint
-    /// rollback takes the row's `max_id` back.
-    handed_out: i64,
-    refills: u32,
-}
-
 thread_local! {
     /// Tags this backend has resolved: `tag → (slot index, generation)`.
     /// PostgreSQL backends are single-threaded, so this is per backend.
     static RESOLVED: RefCell<HashMap<Vec<u8>, (usize, u64)>> = RefCell::new(HashMap::new());
-    /// Tags `segment_create` made in this backend, with the top-level
-    /// transaction that made them.
-    static CREATED: RefCell<HashMap<Vec<u8>, pg_sys::TransactionId>> = RefCell::new(HashMap::new());
-    /// Ranges of tags created by the current transaction.
-    static TXN_RANGES: RefCell<HashMap<Vec<u8>, TxnRange>> = RefCell::new(HashMap::new());
 }
 
 pub fn registry_or_raise() -> &'static Registry {
@@ -87,11 +71,6 @@ pub fn registry_or_raise() -> &'static Registry {
 fn database() -> u32 {
     // SAFETY: MyDatabaseId is set once the backend connects.
     unsafe { pg_sys::MyDatabaseId }.to_u32()
-}
-
-fn top_transaction() -> pg_sys::TransactionId {
-    // SAFETY: plain read of the backend's transaction state.
-    unsafe { pg_sys::GetTopTransactionIdIfAny() }
 }
 
 /// Refuses to hand out IDs where `nextval` would refuse too.
@@ -182,23 +161,16 @@ enum Source {
     OwnTransaction,
 }
 
-/// Raises the error for a row the caller cannot draw from now.
-fn check_row(table_oid: u32, tag: &[u8]) -> RowState {
-    let state = distributor::row_state(table_oid, tag);
-    match state {
+/// Raises the error for a row the caller cannot draw from now: none, or
+/// one the calling transaction has written or locked (the worker would
+/// wait for it).
+fn check_row(table_oid: u32, tag: &[u8]) {
+    match distributor::row_state(table_oid, tag) {
         RowState::NoTable => IdgenError::ExtensionDropped.raise(),
         RowState::Missing => IdgenError::UnknownTag { tag: tag_text(tag) }.raise(),
-        // Created by this transaction: it draws from the row itself.
-        _ if created_by_this_transaction(tag) => RowState::HeldByCaller,
         RowState::HeldByCaller => IdgenError::RowHeldByCaller { tag: tag_text(tag) }.raise(),
-        RowState::Free => state,
+        RowState::Free => {}
     }
-}
-
-fn created_by_this_transaction(tag: &[u8]) -> bool {
-    let top = top_transaction();
-    top != pg_sys::InvalidTransactionId
-        && CREATED.with(|created| created.borrow().get(tag) == Some(&top))
 }
 
 /// The source of `tag` in this database: the transaction's own ranges, the
@@ -209,7 +181,7 @@ fn resolve(registry: &Registry, tag: &[u8], table_oid: u32) -> Source {
     if table_oid == 0 {
         IdgenError::ExtensionDropped.raise();
     }
-    if has_txn_range(tag) {
+    if created_here::is_created_here(tag) {
         return Source::OwnTransaction;
     }
     let cached =
@@ -221,9 +193,7 @@ fn resolve(registry: &Registry, tag: &[u8], table_oid: u32) -> Source {
     let (index, generation) = match cached {
         Some(found) => found,
         None => {
-            if check_row(table_oid, tag) == RowState::HeldByCaller {
-                return Source::OwnTransaction;
-            }
+            check_row(table_oid, tag);
             match registry.lookup_or_assign(database(), tag) {
                 Lookup::Found { index, generation } => {
                     RESOLVED.with(|map| map.borrow_mut().insert(tag.to_vec(), (index, generation)));
@@ -248,90 +218,6 @@ fn resolve(registry: &Registry, tag: &[u8], table_oid: u32) -> Source {
         }
     }
     Source::Slot { index, generation }
-}
-
-fn has_txn_range(tag: &[u8]) -> bool {
-    let top = top_transaction();
-    TXN_RANGES.with(|ranges| {
-        let mut ranges = ranges.borrow_mut();
-        ranges.retain(|_, range| range.transaction == top);
-        ranges.contains_key(tag)
-    })
-}
-
-/// The next ID of a tag created by the calling transaction, from ranges
-/// taken from its row in that transaction.
-fn next_txn_id(tag: &[u8], table_oid: u32) -> i64 {
-    let top = top_transaction();
-    let from_cache = TXN_RANGES.with(|ranges| {
-        let mut ranges = ranges.borrow_mut();
-        let range = ranges.get_mut(tag).filter(|r| r.transaction == top)?;
-        (range.next <= range.last).then(|| {
-            let id = range.next;
-            range.next += 1;
-            range.handed_out = id;
-            id
-        })
-    });
-    if let Some(id) = from_cache {
-        return id;
-    }
-    let (handed_out, refills) = TXN_RANGES.with(|ranges| {
-        ranges
-            .borrow()
-            .get(tag)
-            .filter(|r| r.transaction == top)
-            .map_or((0, 0), |r| (r.handed_out, r.refills))
-    });
-    // Each refill takes twice the steps of the one before, up to 1024, so
-    // a bulk load in the creating transaction updates the row rarely.
-    let steps = 1i64 << refills.min(10);
-    // SAFETY: relowner of the table, read from the syscache.
-    let owner = unsafe { table_owner(table_oid) };
-    let taken = distributor::take_range_in_caller_transaction(
-        &table_name(table_oid),
-        owner,
-        &tag_text(tag),
-        steps,
-        handed_out,
-    )
-    .unwrap_or_else(|e| {
-        IdgenError::Internal {
-            context: "segment_nextval",
-            message: e.to_string(),
-        }
-        .raise()
-    });
-    let Some((first, last)) = taken else {
-        IdgenError::UnknownTag { tag: tag_text(tag) }.raise()
-    };
-    TXN_RANGES.with(|ranges| {
-        ranges.borrow_mut().insert(
-            tag.to_vec(),
-            TxnRange {
-                transaction: top,
-                next: first + 1,
-                last,
-                handed_out: first,
-                refills: refills + 1,
-            },
-        )
-    });
-    first
-}
-
-/// The owner of relation `table_oid`.
-///
-/// # Safety
-/// Inside a transaction; `table_oid` names an existing relation.
-unsafe fn table_owner(table_oid: u32) -> pg_sys::Oid {
-    let relation = pg_sys::RelationIdGetRelation(pg_sys::Oid::from(table_oid));
-    if relation.is_null() {
-        IdgenError::ExtensionDropped.raise();
-    }
-    let owner = (*(*relation).rd_rel).relowner;
-    pg_sys::RelationClose(relation);
-    owner
 }
 
 /// Asks the database's worker for the next range of a slot.
@@ -377,11 +263,7 @@ fn next_id_slow(
     }
     // Before waiting for the worker: is there still a row, and is it one
     // the worker can take from (not one this transaction holds)?
-    if check_row(table_oid, tag) == RowState::HeldByCaller {
-        // Dropped and created again by this transaction.
-        RESOLVED.with(|map| map.borrow_mut().remove(tag));
-        return Some(next_txn_id(tag, table_oid));
-    }
+    check_row(table_oid, tag);
     let timeout = Duration::from_millis(gucs::REFILL_TIMEOUT_MS.get() as u64);
     let errors_before = slot.error_seq.load(Ordering::Acquire);
     let mut transient_error = None;
@@ -471,7 +353,11 @@ fn next_id_slow(
 fn next_id(registry: &Registry, tag: &[u8], table_oid: u32) -> (i64, Option<(usize, u64)>) {
     loop {
         match resolve(registry, tag, table_oid) {
-            Source::OwnTransaction => return (next_txn_id(tag, table_oid), None),
+            Source::OwnTransaction => {
+                let id = created_here::next_id(tag)
+                    .unwrap_or_else(|| IdgenError::UnknownTag { tag: tag_text(tag) }.raise());
+                return (id, None);
+            }
             Source::Slot { index, generation } => {
                 if let Some(id) = next_id_slow(registry, index, generation, tag, table_oid) {
                     let from_slot = RESOLVED.with(|map| map.borrow().contains_key(tag));
@@ -600,22 +486,9 @@ fn segment_nextval_many(
 
 /// The schema-qualified name of table `table_oid`.
 fn table_name(table_oid: u32) -> String {
-    // SAFETY: syscache look-ups inside the caller's transaction.
-    unsafe {
-        let relid = pg_sys::Oid::from(table_oid);
-        let namespace = pg_sys::get_rel_namespace(relid);
-        let schema = pg_sys::get_namespace_name(namespace);
-        let relname = pg_sys::get_rel_name(relid);
-        if schema.is_null() || relname.is_null() {
-            IdgenError::ExtensionDropped.raise();
-        }
-        let quote = |name| {
-            std::ffi::CStr::from_ptr(pg_sys::quote_identifier(name))
-                .to_string_lossy()
-                .into_owned()
-        };
-        format!("{}.{}", quote(schema), quote(relname))
-    }
+    distributor::table_name_and_owner(table_oid)
+        .map(|(name, _)| name)
+        .unwrap_or_else(|| IdgenError::ExtensionDropped.raise())
 }
 
 /// `segment_create(tag, start => 1, step => 1000)`: adds the tag's row to
@@ -646,10 +519,11 @@ fn segment_create(
         }
         .raise();
     }
+    let table_oid = current_table_oid(fcinfo);
     let insert = format!(
         "INSERT INTO {} (biz_tag, max_id, step, version, updated_at) \
          VALUES ($1, $2, $3, 0, pg_catalog.now()) ON CONFLICT (biz_tag) DO NOTHING",
-        table_name(current_table_oid(fcinfo))
+        table_name(table_oid)
     );
     let inserted = Spi::connect_mut(|client| {
         client
@@ -673,15 +547,8 @@ fn segment_create(
         }
         .raise();
     }
-    // Remembered so that this transaction can draw from the row it has
-    // not committed yet (see `TxnRange`).
-    // SAFETY: the INSERT above gave the transaction an ID.
-    let top = unsafe { pg_sys::GetTopTransactionId() };
-    CREATED.with(|created| {
-        let mut created = created.borrow_mut();
-        created.retain(|_, transaction| *transaction == top);
-        created.insert(tag.as_bytes().to_vec(), top)
-    });
+    // This transaction hands out the tag's IDs until it commits.
+    created_here::created(tag.as_bytes(), table_oid, start);
 }
 
 /// `segment_drop(tag)`: removes the tag's row and drops its cached ranges.
@@ -716,7 +583,7 @@ fn segment_drop(tag: Option<&str>, fcinfo: pg_sys::FunctionCallInfo) {
     // A tag whose row is already gone may still hold a slot: free it too.
     let had_slot = registry.free(database(), tag.as_bytes());
     RESOLVED.with(|map| map.borrow_mut().remove(tag.as_bytes()));
-    TXN_RANGES.with(|ranges| ranges.borrow_mut().remove(tag.as_bytes()));
+    created_here::dropped(tag.as_bytes());
     if deleted == 0 && !had_slot {
         IdgenError::UnknownTag {
             tag: tag.to_string(),

@@ -160,6 +160,19 @@ pub fn floor_for(layout: &Layout, high_id: i64) -> Option<i64> {
     (high_id >= 0).then(|| high_id >> (layout.machine_bits + layout.sequence_bits))
 }
 
+/// A one-number mark (the 0.1.0 format: a Unix time in ms no ID reached)
+/// from before the epoch was never written by pg_idgen — its keeper wrote
+/// times ahead of a clock that was past the epoch — and would read as "no
+/// ID yet". Most likely seconds were written instead of milliseconds.
+pub fn check_mark(saved: &Saved, epoch_ms: i64) -> Result<(), String> {
+    match saved {
+        Saved::UnixMark(mark) if *mark < epoch_ms => Err(format!(
+            "its time {mark} is before pg_idgen.snowflake_epoch ({epoch_ms} ms since 1970), which pg_idgen never writes (a time in seconds instead of milliseconds?)"
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// The floors of the main and the JavaScript-safe generator under today's
 /// settings, from what the file holds.
 pub fn floors(saved: &Saved, main: &Layout, javascript: &Layout) -> (Option<i64>, Option<i64>) {
@@ -203,6 +216,22 @@ pub fn settings_change(saved: &Saved, main: &Layout) -> Option<String> {
         ));
     }
     (!changes.is_empty()).then(|| changes.join(" and "))
+}
+
+#[cfg(test)]
+mod mark_tests {
+    use super::*;
+
+    #[test]
+    fn a_one_number_mark_before_the_epoch_is_refused() {
+        let epoch = 1_735_689_600_000; // 2025-01-01
+        assert!(check_mark(&Saved::UnixMark(0), epoch).is_err());
+        // `date +%s` instead of `date +%s%3N`.
+        let seconds = Saved::UnixMark(1_764_500_000);
+        assert!(check_mark(&seconds, epoch).unwrap_err().contains("seconds"));
+        assert!(check_mark(&Saved::UnixMark(epoch), epoch).is_ok());
+        assert!(check_mark(&Saved::UnixMark(1_764_500_000_000), epoch).is_ok());
+    }
 }
 
 #[cfg(test)]

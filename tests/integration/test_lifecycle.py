@@ -943,3 +943,122 @@ def test_a_database_with_a_dropped_databases_oid_never_serves_its_ranges(lc):
     assert ids[0] == 1, f"B's first ID is {ids[0]}, not 1 from its own row: A's cached range was served"
     outside = [i for i in ids if not 1 <= i <= max_id]
     assert not outside, f"IDs above B's max_id {max_id}: {outside[:5]}"
+
+
+# ---------------------------------------------------------------------------
+# Found by adversarial review of the fixes: savepoints, exception blocks and
+# two-phase commit in the creating transaction; renaming a tag.
+
+def test_a_rolled_back_savepoint_never_takes_back_the_creating_transactions_ids(lc):
+    """BEGIN; create; SAVEPOINT; draw; ROLLBACK TO; draw; COMMIT: the IDs
+    drawn inside the rolled-back savepoint stay used, in the transaction
+    and after its commit (max_id ends above every one of them)."""
+    c = lc
+    db = c.new_database()
+    with session(c, db) as conn:
+        conn.execute("BEGIN")
+        conn.execute("SELECT segment_create('s', step => 10)")
+        conn.execute("SAVEPOINT p")
+        inside = draw(conn, "s", 1)
+        conn.execute("ROLLBACK TO p")
+        after = draw(conn, "s", 2)
+        conn.execute("COMMIT")
+    later = draw_new(c, db, "s", 3)
+    ids = inside + after + later
+    assert_unique(ids)
+    assert_increasing(ids)
+    assert row_range(c, db, "s")[0] >= max(ids)
+
+
+def test_an_exception_block_never_takes_back_the_creating_transactions_ids(lc):
+    c = lc
+    db = c.new_database()
+    c.sql("CREATE TABLE seen (id bigint)", dbname=db)
+    c.sql("""DO $$ BEGIN
+               PERFORM segment_create('y', step => 10);
+               BEGIN
+                 INSERT INTO seen SELECT segment_nextval('y');
+                 RAISE EXCEPTION 'undo the block';
+               EXCEPTION WHEN others THEN NULL;
+               END;
+               INSERT INTO seen SELECT segment_nextval('y');
+             END $$""", dbname=db)
+    # The block's INSERT was undone, but the ID it drew (1) is used: the
+    # one inserted after it is 2, and later draws come above both.
+    assert c.sql("SELECT id FROM seen", dbname=db) == [(2,)]
+    later = draw_new(c, db, "y", 4)
+    assert min(later) > 2
+
+
+def test_a_creation_rolled_back_to_a_savepoint_forgets_the_tag(lc):
+    c = lc
+    db = c.new_database()
+    with session(c, db) as conn:
+        conn.execute("BEGIN")
+        conn.execute("SAVEPOINT p")
+        conn.execute("SELECT segment_create('x', step => 10)")
+        draw(conn, "x", 3)
+        conn.execute("ROLLBACK TO p")
+        with pytest.raises(errors.UndefinedObject):
+            draw(conn, "x", 1)
+        conn.execute("ROLLBACK")
+
+
+def test_a_creation_rolled_back_never_takes_another_sessions_tag(lc):
+    """T1 creates 'q' and rolls that back to a savepoint; T2 creates 'q' and
+    commits; T1 draws 'q': from T2's committed row through the worker, never
+    from a range T1 takes in its own transaction and rolls back, and T1
+    holds no lock on T2's row."""
+    c = lc
+    db = c.new_database()
+    with session(c, db) as t1, session(c, db) as t2:
+        t1.execute("BEGIN")
+        t1.execute("SAVEPOINT s")
+        t1.execute("SELECT segment_create('q', step => 10)")
+        t1.execute("ROLLBACK TO s")
+        t2.execute("SELECT segment_create('q', step => 10)")
+        first = draw(t1, "q", 3)
+        locks = c.sql("SELECT count(*) FROM pg_locks l JOIN pg_class r ON r.oid = l.relation "
+                      "WHERE l.pid = %s AND r.relname = 'id_segment' AND l.mode <> 'AccessShareLock'",
+                      (t1.info.backend_pid,), dbname=db)
+        t1.execute("ROLLBACK")
+        second = draw(t2, "q", 30)
+    assert locks == [(0,)], "T1 holds a lock on id_segment"
+    assert_unique(first + second)
+
+
+def test_two_phase_commit_of_a_creating_transaction_keeps_its_ids(make_cluster):
+    c = make_cluster(conf=["max_prepared_transactions = 2"])
+    c.start()
+    db = c.new_database()
+    with session(c, db) as conn:
+        conn.execute("BEGIN")
+        conn.execute("SELECT segment_create('t', step => 10)")
+        conn.execute("SAVEPOINT p")
+        ids = draw(conn, "t", 3)
+        conn.execute("ROLLBACK TO p")
+        ids += draw(conn, "t", 3)
+        conn.execute("PREPARE TRANSACTION 'creating'")
+        conn.execute("COMMIT PREPARED 'creating'")
+    ids += draw_new(c, db, "t", 5)
+    assert_unique(ids)
+    assert_increasing(ids)
+
+
+def test_a_row_never_moves_to_another_tag(lc):
+    """An UPDATE that moves a row onto a tag (renaming r1 away and a spare
+    row onto r1) would hand out r1's IDs again: refused like lowering
+    max_id (23514), with the same documented override."""
+    c = lc
+    db = c.new_database()
+    c.sql("SELECT segment_create('r1', step => 10)", dbname=db)
+    c.sql("SELECT segment_create('spare', step => 10)", dbname=db)
+    drawn = draw_new(c, db, "r1", 5)
+    with pytest.raises(errors.CheckViolation) as refused:
+        c.sql("UPDATE id_segment SET biz_tag = 'r1_old' WHERE biz_tag = 'r1'", dbname=db)
+    assert "biz_tag cannot change" in str(refused.value)
+    assert "segment_create" in refused.value.diag.message_hint
+    with pytest.raises(errors.CheckViolation):
+        c.sql("INSERT INTO id_segment (biz_tag, max_id, step) VALUES ('r1', 0, 10) "
+              "ON CONFLICT (biz_tag) DO UPDATE SET max_id = excluded.max_id", dbname=db)
+    assert_unique(drawn + draw_new(c, db, "r1", 5))

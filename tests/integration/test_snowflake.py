@@ -278,7 +278,12 @@ def damage_unreadable(c):
     (lambda c: write_state(c, "17500000"), "XX001", "it is not a pg_idgen snowflake state file (or it was cut short"),
     (damage_directory, "58030", "could not read it: Is a directory"),
     (damage_unreadable, "58030", "could not read it: Permission denied"),
-], ids=["empty", "garbage", "cut-short", "directory", "unreadable"])
+    # A one-number mark before the epoch was never written by pg_idgen: it
+    # would read as "no ID yet" (found by adversarial review: `echo 0`, or
+    # the recovery step done in seconds instead of milliseconds).
+    (lambda c: write_state(c, "0\n"), "XX001", "is before pg_idgen.snowflake_epoch"),
+    (lambda c: write_state(c, f"{int(time.time())}\n"), "XX001", "instead of milliseconds"),
+], ids=["empty", "garbage", "cut-short", "directory", "unreadable", "zero", "seconds"])
 def test_a_damaged_state_file_stops_the_start_and_the_documented_recovery_repeats_nothing(
         lenient_cluster, damage, sqlstate, problem):
     c = lenient_cluster
