@@ -281,8 +281,10 @@ def damage_unreadable(c):
     # A one-number mark before the epoch was never written by pg_idgen: it
     # would read as "no ID yet" (found by adversarial review: `echo 0`, or
     # the recovery step done in seconds instead of milliseconds).
-    (lambda c: write_state(c, "0\n"), "XX001", "is before pg_idgen.snowflake_epoch"),
-    (lambda c: write_state(c, f"{int(time.time())}\n"), "XX001", "instead of milliseconds"),
+    (lambda c: write_state(c, "0\n"), "XX001", "its time 0 is before pg_idgen.snowflake_epoch"),
+    (lambda c: write_state(c, "1764500000\n"), "XX001",
+     "its time 1764500000 is before pg_idgen.snowflake_epoch (1735689600000 ms since 1970), "
+     "which pg_idgen never writes (a time in seconds instead of milliseconds?)"),
 ], ids=["empty", "garbage", "cut-short", "directory", "unreadable", "zero", "seconds"])
 def test_a_damaged_state_file_stops_the_start_and_the_documented_recovery_repeats_nothing(
         lenient_cluster, damage, sqlstate, problem):
