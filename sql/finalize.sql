@@ -24,9 +24,10 @@ GRANT SELECT ON snowflake_status TO pg_monitor;
 GRANT EXECUTE ON FUNCTION snowflake_status() TO pg_monitor;
 
 -- max_id never moves back and a row never moves to another tag (see
--- src/segment/guard.rs); the WHEN clause keeps the trigger off every
+-- src/segment/guard.rs). An AFTER trigger sees the row as it was stored,
+-- whatever other triggers did to it; the WHEN clause keeps it off every
 -- refill, which only adds.
 CREATE TRIGGER id_segment_max_id_never_decreases
-    BEFORE UPDATE OF max_id, biz_tag ON id_segment
+    AFTER UPDATE ON id_segment
     FOR EACH ROW WHEN (NEW.max_id < OLD.max_id OR NEW.biz_tag <> OLD.biz_tag)
     EXECUTE FUNCTION id_segment_guard();

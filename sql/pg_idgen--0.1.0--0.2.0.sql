@@ -10,7 +10,7 @@
 CREATE FUNCTION id_segment_guard() RETURNS trigger
     LANGUAGE c AS 'MODULE_PATHNAME', 'id_segment_guard_wrapper';
 CREATE TRIGGER id_segment_max_id_never_decreases
-    BEFORE UPDATE OF max_id, biz_tag ON id_segment
+    AFTER UPDATE ON id_segment
     FOR EACH ROW WHEN (NEW.max_id < OLD.max_id OR NEW.biz_tag <> OLD.biz_tag)
     EXECUTE FUNCTION id_segment_guard();
 

@@ -135,6 +135,13 @@ pub enum IdgenError {
         from: String,
         to: String,
     },
+    /// The transaction that created a tag could not raise its `max_id`
+    /// past the IDs it handed out, just before committing.
+    MaxIdNotRaised {
+        tag: String,
+        high_water: i64,
+        why: String,
+    },
     /// The calling transaction wrote or locked the row a refill needs.
     RowHeldByCaller {
         tag: String,
@@ -270,6 +277,7 @@ impl IdgenError {
             IdgenError::Internal { .. } => ERRCODE_INTERNAL_ERROR,
             IdgenError::MaxIdDecrease { .. } => ERRCODE_CHECK_VIOLATION,
             IdgenError::TagRenamed { .. } => ERRCODE_CHECK_VIOLATION,
+            IdgenError::MaxIdNotRaised { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             IdgenError::RowHeldByCaller { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             IdgenError::ExtensionDropped => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             IdgenError::RefillFailed { sqlstate, .. } => PgSqlErrorCode::from(*sqlstate),
@@ -352,6 +360,9 @@ impl IdgenError {
             IdgenError::TagRenamed { from, to } => format!(
                 "id_segment.biz_tag cannot change from \"{from}\" to \"{to}\": the row would hand out IDs \"{to}\" may already have handed out"
             ),
+            IdgenError::MaxIdNotRaised { tag, high_water, why } => format!(
+                "this transaction handed out IDs of segment tag \"{tag}\" up to {high_water}, but could not raise its id_segment.max_id to that before committing: {why}"
+            ),
             IdgenError::RowHeldByCaller { tag } => format!(
                 "segment tag \"{tag}\" needs a new range, but this transaction has changed or locked its id_segment row"
             ),
@@ -409,6 +420,7 @@ impl IdgenError {
             IdgenError::Internal { .. } => "This is a bug in pg_idgen; please report it with the server log.".into(),
             IdgenError::MaxIdDecrease { .. } => "Leave max_id where it is. To lower it on purpose, knowing that IDs above the new value will be handed out again, a superuser runs the UPDATE after SET LOCAL pg_idgen.allow_max_id_decrease = on in the same transaction.".into(),
             IdgenError::TagRenamed { to, .. } => format!("To give a table a new tag, create it with segment_create({}, start => <above every ID in use>) and drop the old one with segment_drop(). A superuser who means it runs the UPDATE after SET LOCAL pg_idgen.allow_max_id_decrease = on.", quote_literal(to)),
+            IdgenError::MaxIdNotRaised { .. } => "The transaction is rolled back so that no ID can come out twice. Remove what blocks the UPDATE of the row (a trigger, rule or row-level security policy on id_segment, or READ ONLY), or draw the tag's IDs after the transaction that creates it has committed.".into(),
             IdgenError::RowHeldByCaller { .. } => "Commit or roll back the change to the id_segment row first (the refill worker waits for it), or draw the IDs before changing the row.".into(),
             IdgenError::ExtensionDropped => "Run the statement again; IDs cached before the drop are never handed out.".into(),
             IdgenError::RefillFailed { hint, .. } => hint.clone(),

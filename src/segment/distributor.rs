@@ -264,18 +264,35 @@ pub fn row_state(table_oid: u32, tag: &[u8]) -> RowState {
     }
 }
 
-/// Raises `tag`'s `max_id` to at least `handed_out`, in the calling
-/// transaction as it is about to commit, for a tag that transaction created
-/// and drew IDs from (see `created_here.rs`). Nobody else can see the row
-/// yet, so no version check is needed. Does nothing if the table is gone.
-pub fn raise_max_id(table_oid: u32, tag: &str, handed_out: i64) {
+/// Raises `tag`'s `max_id` to at least `high_water` (bumping `version`,
+/// so that an allocator's CAS in flight cannot write over it), in the
+/// calling transaction as it is about to commit, for a tag under whose name
+/// that transaction handed out IDs itself (see `created_here.rs`). A tag
+/// whose row is gone needs nothing; a row that is there but was not raised
+/// (a trigger, rule or policy in the way, a read-only transaction) fails
+/// the commit, so that no ID can come out twice.
+pub fn raise_max_id(table_oid: u32, tag: &str, high_water: i64) {
     let Some((name, owner)) = table_name_and_owner(table_oid) else {
         return;
     };
+    let failed = |why: String| -> ! {
+        crate::errors::IdgenError::MaxIdNotRaised {
+            tag: tag.to_string(),
+            high_water,
+            why,
+        }
+        .raise()
+    };
+    // SAFETY: plain read of a backend-local global.
+    if unsafe { pg_sys::XactReadOnly } {
+        failed("the transaction is read-only".into());
+    }
     let update = format!(
-        "UPDATE {name} SET max_id = GREATEST(max_id, $2), updated_at = pg_catalog.now() \
-          WHERE biz_tag OPERATOR(pg_catalog.=) $1"
+        "UPDATE {name} SET max_id = GREATEST(max_id, $2), version = version OPERATOR(pg_catalog.+) 1, \
+                updated_at = pg_catalog.now() \
+          WHERE biz_tag OPERATOR(pg_catalog.=) $1 RETURNING max_id"
     );
+    let exists = format!("SELECT 1 FROM {name} WHERE biz_tag OPERATOR(pg_catalog.=) $1");
     // SAFETY: called before the commit, inside the transaction; the
     // snapshot pushed here is popped below (or by the abort on ERROR).
     unsafe {
@@ -284,19 +301,22 @@ pub fn raise_max_id(table_oid: u32, tag: &str, handed_out: i64) {
     }
     let result = as_owner(owner, || {
         Spi::connect_mut(|client| {
-            client
-                .update(update.as_str(), None, &[tag.into(), handed_out.into()])
-                .map(|_| ())
+            let raised = client.update(update.as_str(), None, &[tag.into(), high_water.into()])?;
+            let raised_to = raised.first().get::<i64>(1).ok().flatten();
+            let there = !client
+                .select(exists.as_str(), Some(1), &[tag.into()])?
+                .is_empty();
+            Ok::<_, pgrx::spi::Error>((raised_to, there))
         })
     });
     // SAFETY: matches the push above.
     unsafe { pg_sys::PopActiveSnapshot() };
-    if let Err(e) = result {
-        crate::errors::IdgenError::Internal {
-            context: "raising max_id before commit",
-            message: e.to_string(),
-        }
-        .raise();
+    match result {
+        Err(e) => failed(e.to_string()),
+        Ok((Some(max_id), _)) if max_id >= high_water => {}
+        Ok((Some(max_id), _)) => failed(format!("max_id ended at {max_id}")),
+        Ok((None, true)) => failed("the UPDATE of its row changed nothing".into()),
+        Ok((None, false)) => {} // dropped: nothing left to protect
     }
 }
 

@@ -4,9 +4,10 @@
 //! again). Unlike a check kept in shared memory the refusal holds across
 //! restarts and for every allocator.
 //!
-//! The trigger fires only `WHEN (NEW.max_id < OLD.max_id OR NEW.biz_tag <>
-//! OLD.biz_tag)` (see `sql/finalize.sql`), so refills, which only add,
-//! never call it. A superuser who means it sets
+//! It is an `AFTER UPDATE` row trigger, so it judges the row as stored,
+//! whatever `BEFORE` triggers did to it, and fires only `WHEN (NEW.max_id <
+//! OLD.max_id OR NEW.biz_tag <> OLD.biz_tag)` (see `sql/finalize.sql`), so
+//! refills, which only add, never queue it. A superuser who means it sets
 //! `pg_idgen.allow_max_id_decrease` for that transaction. What it cannot
 //! see: a row deleted and inserted again (that is `segment_drop` and
 //! `segment_create`: a new tag), and changes made with triggers off.

@@ -564,9 +564,10 @@ fn segment_drop(tag: Option<&str>, fcinfo: pg_sys::FunctionCallInfo) {
         .raise()
     });
     check_tag(tag.as_bytes());
+    let table_oid = current_table_oid(fcinfo);
     let delete = format!(
         "DELETE FROM {} WHERE biz_tag OPERATOR(pg_catalog.=) $1",
-        table_name(current_table_oid(fcinfo))
+        table_name(table_oid)
     );
     let deleted = Spi::connect_mut(|client| {
         client
@@ -583,7 +584,7 @@ fn segment_drop(tag: Option<&str>, fcinfo: pg_sys::FunctionCallInfo) {
     // A tag whose row is already gone may still hold a slot: free it too.
     let had_slot = registry.free(database(), tag.as_bytes());
     RESOLVED.with(|map| map.borrow_mut().remove(tag.as_bytes()));
-    created_here::dropped(tag.as_bytes());
+    created_here::dropped(tag.as_bytes(), table_oid);
     if deleted == 0 && !had_slot {
         IdgenError::UnknownTag {
             tag: tag.to_string(),

@@ -1062,3 +1062,89 @@ def test_a_row_never_moves_to_another_tag(lc):
         c.sql("INSERT INTO id_segment (biz_tag, max_id, step) VALUES ('r1', 0, 10) "
               "ON CONFLICT (biz_tag) DO UPDATE SET max_id = excluded.max_id", dbname=db)
     assert_unique(drawn + draw_new(c, db, "r1", 5))
+
+
+# Second adversarial pass: the creating transaction's drops, blocked raises,
+# deleted rows, and triggers that change max_id behind the guard's back.
+
+def test_a_drop_rolled_back_in_the_creating_transaction_keeps_its_ids(lc):
+    c = lc
+    db = c.new_database()
+    with session(c, db) as conn:
+        conn.execute("BEGIN")
+        conn.execute("SELECT segment_create('a', start => 1, step => 10)")
+        ids = draw(conn, "a", 5)
+        conn.execute("SAVEPOINT s")
+        conn.execute("SELECT segment_drop('a')")
+        conn.execute("ROLLBACK TO s")
+        ids += draw(conn, "a", 2)
+        conn.execute("SAVEPOINT t")
+        conn.execute("SELECT segment_drop('a')")
+        conn.execute("SELECT segment_create('a', start => 100, step => 10)")
+        ids += draw(conn, "a", 3)
+        conn.execute("ROLLBACK TO t")
+        ids += draw(conn, "a", 2)
+        conn.execute("COMMIT")
+    ids += draw_new(c, db, "a", 5)
+    assert_unique(ids)
+    assert_increasing(ids)
+    assert row_range(c, db, "a")[0] >= max(ids)
+
+
+def test_a_commit_that_cannot_raise_max_id_fails_instead(lc):
+    """A trigger that silently skips the creating transaction's raise of
+    max_id (or READ ONLY) makes its COMMIT fail: the IDs it handed out
+    were never committed anywhere, and the tag never existed."""
+    c = lc
+    db = c.new_database()
+    c.sql("""CREATE FUNCTION skip_unversioned() RETURNS trigger LANGUAGE plpgsql AS
+             $$ BEGIN IF NEW.max_id > OLD.max_id AND NEW.step = 7 THEN RETURN NULL; END IF;
+                RETURN NEW; END $$""", dbname=db)
+    c.sql("CREATE TRIGGER a_skip BEFORE UPDATE ON id_segment FOR EACH ROW "
+          "EXECUTE FUNCTION skip_unversioned()", dbname=db)
+    with session(c, db) as conn:
+        conn.execute("BEGIN")
+        conn.execute("SELECT segment_create('c', start => 1, step => 7)")
+        draw(conn, "c", 5)
+        with pytest.raises(errors.ObjectNotInPrerequisiteState) as failed:
+            conn.execute("COMMIT")
+    assert "could not raise its id_segment.max_id" in str(failed.value)
+    assert c.sql("SELECT count(*) FROM id_segment WHERE biz_tag = 'c'", dbname=db) == [(0,)]
+    with session(c, db) as conn:
+        conn.execute("BEGIN")
+        conn.execute("SELECT segment_create('d', start => 1, step => 10)")
+        draw(conn, "d", 2)
+        conn.execute("SET TRANSACTION READ ONLY")
+        with pytest.raises(errors.ObjectNotInPrerequisiteState) as failed:
+            conn.execute("COMMIT")
+    assert "read-only" in str(failed.value)
+
+
+def test_a_created_tag_whose_row_is_deleted_stops_at_once(lc):
+    c = lc
+    db = c.new_database()
+    with session(c, db) as conn:
+        conn.execute("BEGIN")
+        conn.execute("SELECT segment_create('del', start => 1, step => 10)")
+        draw(conn, "del", 1)
+        conn.execute("DELETE FROM id_segment WHERE biz_tag = 'del'")
+        with pytest.raises(errors.UndefinedObject):
+            draw(conn, "del", 1)
+        conn.execute("ROLLBACK")
+
+
+def test_a_trigger_lowering_max_id_behind_the_guard_is_refused(lc):
+    """A BEFORE trigger that sets NEW.max_id lower when another column
+    changes: the guard, an AFTER trigger, judges the row as stored."""
+    c = lc
+    db = c.new_database()
+    c.sql("SELECT segment_create('g1', step => 10)", dbname=db)
+    drawn = draw_new(c, db, "g1", 5)
+    c.sql("""CREATE FUNCTION reset() RETURNS trigger LANGUAGE plpgsql AS
+             $$ BEGIN IF NEW.step <> OLD.step THEN NEW.max_id := 0; END IF; RETURN NEW; END $$""",
+          dbname=db)
+    c.sql("CREATE TRIGGER a_reset BEFORE UPDATE ON id_segment FOR EACH ROW EXECUTE FUNCTION reset()",
+          dbname=db)
+    with pytest.raises(errors.CheckViolation):
+        c.sql("UPDATE id_segment SET step = 13 WHERE biz_tag = 'g1'", dbname=db)
+    assert row_range(c, db, "g1")[0] >= max(drawn)
