@@ -1,9 +1,10 @@
 //! pg_idgen: ID generators inside PostgreSQL.
 //!
 //! This file only wires things together: the module magic, `_PG_init`
-//! (settings, shared-memory hooks), the extension's hand-written SQL and
-//! the `pg_test` module `cargo pgrx test` needs. See `segment` for segment
-//! IDs and `snowflake` for snowflake IDs.
+//! (settings, shared-memory and object-access hooks), the extension's
+//! hand-written SQL, and the in-server tests of the top-level `pg_test/`
+//! folder that `cargo pgrx test` needs. See `segment` for segment IDs and
+//! `snowflake` for snowflake IDs.
 
 use pgrx::prelude::*;
 

@@ -19,7 +19,11 @@
 //! A backend caches `(slot index, generation)` per tag. `generation` changes
 //! whenever a slot is freed or assigned, before its chain is touched, so a
 //! backend that reads the same generation *after* taking an ID knows the ID
-//! came from its own tag's chain (`Slot::take_for`).
+//! came from its own tag's chain (`Slot::take_for`). The refill worker
+//! reads a slot's database, tag and generation together (`Slot::identity`,
+//! shared lock) and publishes only if the generation is unchanged
+//! (exclusive lock), so a slot freed and reassigned meanwhile never
+//! receives a range taken for its previous owner.
 
 use super::chain::{ChainStatus, PublishError, RangeChain};
 use crate::errors::{StoredError, TAG_MAX_BYTES};
