@@ -170,9 +170,12 @@ def test_drop_database_succeeds_right_after_heavy_use(cluster):
         "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_idgen refill worker' AND datname = %s",
         (victim,))
     assert workers == [(1,)], "the refill worker should still be there, idle"
-    started = time.monotonic()
+    # DROP DATABASE gives up with 55006 ("being accessed by other users")
+    # after waiting 5 s for other processes: succeeding at all is the
+    # check. (No bound on its time: the sessions that just closed may take
+    # a while to exit on a busy machine, and the worker waits for them.)
     cluster.sql(f"DROP DATABASE {victim}")
-    assert time.monotonic() - started < 5
+    assert cluster.sql("SELECT count(*) FROM pg_database WHERE datname = %s", (victim,)) == [(0,)]
 
 
 def test_drop_extension_right_after_use_and_a_fresh_start(cluster, db):
@@ -195,7 +198,7 @@ def test_a_locked_row_ends_in_the_timeout_error_and_work_resumes(cluster, db):
         with pytest.raises(errors.LockNotAvailable) as caught:
             conn.execute("SELECT segment_nextval('locked')")
         waited = time.monotonic() - started
-        assert 0.6 < waited < 5
+        assert 0.6 < waited < 10
         assert "got no new range within pg_idgen.refill_timeout" in str(caught.value)
         assert "locked by another transaction" in str(caught.value)
         assert caught.value.diag.message_hint.startswith("A transaction holds the row")
@@ -217,7 +220,7 @@ def test_a_waiting_call_ends_at_once_on_cancel_timeout_or_terminate(cluster, db,
         started = time.monotonic()
         with pytest.raises((errors.QueryCanceled, errors.AdminShutdown, psycopg.OperationalError)):
             conn.execute("SELECT segment_nextval('w')")
-        assert time.monotonic() - started < 3
+        assert time.monotonic() - started < 20, "the wait did not end at once (refill_timeout is 60 s)"
 
 
 def test_max_id_moved_backwards_is_refused(one_step_cluster):
