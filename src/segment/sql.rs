@@ -437,9 +437,10 @@ pub unsafe extern "C-unwind" fn segment_nextval_fast(
         }
     };
     let tag = text_bytes(arg.value);
-    // The slow path looks the table up again: a statement that began
-    // before DROP EXTENSION must not go on with the dropped table.
-    site.table_oid = current_table_oid(fcinfo);
+    // `site.table_oid` was looked up once, at the first call. A statement
+    // that began before DROP EXTENSION cannot go on with the dropped
+    // table: the drop freed the database's slots (`lifecycle.rs`), so the
+    // tag is resolved again, and `check_row` finds that table gone.
     let (id, from_slot) = next_id(registry, tag, site.table_oid);
     // Remember the slot for the next call of this call site.
     site.has_slot = from_slot.is_some();
