@@ -104,6 +104,11 @@ SET pg_idgen.allow_max_id_decrease = on;
 RESET ROLE;
 DROP ROLE idgen_plain;
 
+-- A tag keeps its name: the trigger refuses a changed biz_tag.
+UPDATE id_segment SET biz_tag = 'renamed' WHERE biz_tag = 'guarded';
+\echo :LAST_ERROR_SQLSTATE
+SELECT biz_tag FROM id_segment WHERE biz_tag IN ('guarded', 'renamed');
+
 -- A transaction that changed or locked a tag's row gets no new range of
 -- it (the worker would wait for that very transaction): it fails at once.
 SELECT segment_create('held', step => 1);
@@ -133,6 +138,31 @@ SELECT segment_create('fresh', start => 500, step => 10);
 SELECT array_agg(id) FROM (SELECT segment_nextval('fresh') AS id FROM generate_series(1, 25)) s;
 COMMIT;
 SELECT segment_nextval('fresh') > 524 AS continues_above;
+
+-- If the commit cannot raise max_id above the IDs a new tag handed out
+-- (here a BEFORE UPDATE trigger skips the UPDATE), the COMMIT fails and
+-- the tag never existed.
+CREATE FUNCTION skip_update() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RETURN NULL; END$$;
+CREATE TRIGGER skip_update BEFORE UPDATE ON id_segment FOR EACH ROW EXECUTE FUNCTION skip_update();
+BEGIN;
+SELECT segment_create('unraised', start => 7);
+SELECT segment_nextval('unraised');
+COMMIT;
+\echo :LAST_ERROR_SQLSTATE
+DROP TRIGGER skip_update ON id_segment;
+DROP FUNCTION skip_update();
+SELECT count(*) FROM id_segment WHERE biz_tag = 'unraised';
+
+-- A statement still running when the extension is dropped under it gets
+-- no further ID once its cached range is used up.
+SELECT segment_create('doomed', step => 10);
+BEGIN;
+DECLARE doomed_ids NO SCROLL CURSOR FOR SELECT segment_nextval('doomed') FROM generate_series(1, 1000);
+FETCH 1 FROM doomed_ids;
+DROP EXTENSION pg_idgen CASCADE;
+FETCH 100 FROM doomed_ids;
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
 
 -- Made-up tags take no slot in shared memory.
 SELECT segment_nextval('made_up_' || i) FROM generate_series(1, 3) i;
