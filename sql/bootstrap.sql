@@ -24,3 +24,15 @@ CREATE FUNCTION segment_nextval(tag text) RETURNS bigint
     VOLATILE PARALLEL UNSAFE
     LANGUAGE c AS 'MODULE_PATHNAME', 'segment_nextval_fast';
 COMMENT ON FUNCTION segment_nextval(text) IS 'next ID of a segment tag, from ranges cached in shared memory';
+
+-- Tags whose ranges come from another server's id_segment, through a
+-- postgres_fdw foreign table (segment_attach). Such a tag has no row in
+-- the local id_segment: its IDs come from one place only.
+CREATE TABLE id_segment_remote (
+    biz_tag       varchar(64) PRIMARY KEY,
+    server        name        NOT NULL,
+    foreign_table regclass    NOT NULL,
+    attached_at   timestamptz NOT NULL DEFAULT now()
+);
+COMMENT ON TABLE id_segment_remote IS 'pg_idgen: segment tags whose ranges come from a central server through postgres_fdw';
+SELECT pg_catalog.pg_extension_config_dump('id_segment_remote', '');

@@ -7,8 +7,23 @@ REVOKE ALL ON FUNCTION segment_nextval(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION segment_nextval(text, int) FROM PUBLIC;
 REVOKE ALL ON FUNCTION segment_create(text, bigint, int) FROM PUBLIC;
 REVOKE ALL ON FUNCTION segment_drop(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION segment_attach(text, text, text, text) FROM PUBLIC;
 
-CREATE VIEW segment_status AS SELECT * FROM segment_status();
+-- source: where the tag's ranges come from, 'local' or the postgres_fdw
+-- server (known for the tags of the database the view is read in).
+CREATE VIEW segment_status AS
+    SELECT s.database, s.tag,
+           CASE WHEN s.database OPERATOR(pg_catalog.<>) pg_catalog.current_database() THEN NULL
+                ELSE coalesce(r.server::text, 'local') END AS source,
+           s.range_first, s.range_last, s.next_id, s.remaining_in_range, s.pct_used,
+           s.ranges_ahead, s.ids_ahead, s.safe_distance, s.step, s.steps_per_refill,
+           s.ids_per_refill, s.refills, s.cas_conflicts, s.refill_failures, s.waits, s.wait_ms,
+           s.fallback_ids, s.ids_taken, s.ids_per_second, s.last_refill, s.last_refill_ms,
+           s.last_error, s.worker_pid
+      FROM segment_status() s
+      LEFT JOIN id_segment_remote r
+        ON r.biz_tag::text OPERATOR(pg_catalog.=) s.tag
+       AND s.database OPERATOR(pg_catalog.=) pg_catalog.current_database();
 COMMENT ON VIEW segment_status IS 'pg_idgen: one row per (database, tag) cached in shared memory';
 
 REVOKE ALL ON segment_status FROM PUBLIC;

@@ -45,3 +45,53 @@ REVOKE ALL ON snowflake_status FROM PUBLIC;
 REVOKE ALL ON FUNCTION snowflake_status() FROM PUBLIC;
 GRANT SELECT ON snowflake_status TO pg_monitor;
 GRANT EXECUTE ON FUNCTION snowflake_status() TO pg_monitor;
+
+-- Many servers, one ID space: a tag's ranges can come from a central
+-- server's id_segment through postgres_fdw (segment_attach, src/segment/attach.rs).
+CREATE TABLE id_segment_remote (
+    biz_tag       varchar(64) PRIMARY KEY,
+    server        name        NOT NULL,
+    foreign_table regclass    NOT NULL,
+    attached_at   timestamptz NOT NULL DEFAULT now()
+);
+COMMENT ON TABLE id_segment_remote IS 'pg_idgen: segment tags whose ranges come from a central server through postgres_fdw';
+SELECT pg_catalog.pg_extension_config_dump('id_segment_remote', '');
+
+CREATE FUNCTION segment_attach(tag text, server text, remote_schema text DEFAULT 'public',
+                               remote_table text DEFAULT 'id_segment') RETURNS void
+    VOLATILE PARALLEL UNSAFE
+    LANGUAGE c AS 'MODULE_PATHNAME', 'segment_attach_wrapper';
+REVOKE ALL ON FUNCTION segment_attach(text, text, text, text) FROM PUBLIC;
+
+-- segment_status gains the source of each tag and the fallback count: the
+-- function's result type changes, so it and the view are made anew.
+DROP VIEW segment_status;
+DROP FUNCTION segment_status();
+CREATE FUNCTION segment_status() RETURNS TABLE (
+    database text, tag text, range_first bigint, range_last bigint, next_id bigint,
+    remaining_in_range bigint, pct_used double precision, ranges_ahead bigint, ids_ahead bigint,
+    safe_distance bigint, step bigint, steps_per_refill bigint, ids_per_refill bigint,
+    refills bigint, cas_conflicts bigint, refill_failures bigint, waits bigint,
+    wait_ms double precision, fallback_ids bigint, ids_taken bigint, ids_per_second bigint,
+    last_refill timestamp with time zone, last_refill_ms double precision, last_error text,
+    worker_pid int)
+    STRICT VOLATILE
+    LANGUAGE c AS 'MODULE_PATHNAME', 'segment_status_rows_wrapper';
+CREATE VIEW segment_status AS
+    SELECT s.database, s.tag,
+           CASE WHEN s.database OPERATOR(pg_catalog.<>) pg_catalog.current_database() THEN NULL
+                ELSE coalesce(r.server::text, 'local') END AS source,
+           s.range_first, s.range_last, s.next_id, s.remaining_in_range, s.pct_used,
+           s.ranges_ahead, s.ids_ahead, s.safe_distance, s.step, s.steps_per_refill,
+           s.ids_per_refill, s.refills, s.cas_conflicts, s.refill_failures, s.waits, s.wait_ms,
+           s.fallback_ids, s.ids_taken, s.ids_per_second, s.last_refill, s.last_refill_ms,
+           s.last_error, s.worker_pid
+      FROM segment_status() s
+      LEFT JOIN id_segment_remote r
+        ON r.biz_tag::text OPERATOR(pg_catalog.=) s.tag
+       AND s.database OPERATOR(pg_catalog.=) pg_catalog.current_database();
+COMMENT ON VIEW segment_status IS 'pg_idgen: one row per (database, tag) cached in shared memory';
+REVOKE ALL ON segment_status FROM PUBLIC;
+REVOKE ALL ON FUNCTION segment_status() FROM PUBLIC;
+GRANT SELECT ON segment_status TO pg_monitor;
+GRANT EXECUTE ON FUNCTION segment_status() TO pg_monitor;

@@ -142,6 +142,29 @@ pub enum IdgenError {
         high_water: i64,
         why: String,
     },
+    /// `segment_attach`: no foreign server of that name.
+    NoSuchServer {
+        server: String,
+    },
+    /// `segment_attach`: the server is not a postgres_fdw one.
+    NotPostgresFdw {
+        server: String,
+        wrapper: String,
+    },
+    /// `segment_attach`: the server has no `connect_timeout`.
+    NoConnectTimeout {
+        server: String,
+    },
+    /// `segment_attach`: the central server has no row for the tag.
+    RemoteTagMissing {
+        tag: String,
+        server: String,
+    },
+    /// `segment_attach`: the foreign table's name is taken by another table.
+    ForeignTableTaken {
+        name: String,
+        server: String,
+    },
     /// The calling transaction wrote or locked the row a refill needs.
     RowHeldByCaller {
         tag: String,
@@ -201,6 +224,11 @@ pub fn refill_problem_report(problem: &RefillProblem, tag: &str) -> StoredError 
                 let e = IdgenError::UnknownTag { tag: tag.to_string() };
                 (e.code(), e.message(), e.hint())
             }
+            RefillProblem::NoRemoteRow { foreign_table } => (
+                ERRCODE_UNDEFINED_OBJECT,
+                format!("segment tag \"{tag}\" has no row on the central server (foreign table {foreign_table})"),
+                format!("Create it there (SELECT segment_create({}) on the central server), or segment_drop() it here.", quote_literal(tag)),
+            ),
             RefillProblem::StepNotPositive { step } => (
                 ERRCODE_INVALID_PARAMETER_VALUE,
                 format!("id_segment.step of segment tag \"{tag}\" is {step}, but it must be positive"),
@@ -237,6 +265,18 @@ pub fn refill_problem_report(problem: &RefillProblem, tag: &str) -> StoredError 
 
 fn quote_literal(text: &str) -> String {
     format!("'{}'", text.replace('\'', "''"))
+}
+
+/// `text` as a SQL identifier, quoted where PostgreSQL would need it.
+fn quote_ident(text: &str) -> String {
+    let plain = text
+        .bytes()
+        .enumerate()
+        .all(|(i, b)| b.is_ascii_lowercase() || b == b'_' || (i > 0 && b.is_ascii_digit()));
+    match plain && !text.is_empty() {
+        true => text.to_string(),
+        false => format!("\"{}\"", text.replace('"', "\"\"")),
+    }
 }
 
 impl IdgenError {
@@ -279,6 +319,11 @@ impl IdgenError {
             IdgenError::TagRenamed { .. } => ERRCODE_CHECK_VIOLATION,
             IdgenError::MaxIdNotRaised { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             IdgenError::RowHeldByCaller { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            IdgenError::NoSuchServer { .. } => ERRCODE_UNDEFINED_OBJECT,
+            IdgenError::NotPostgresFdw { .. } => ERRCODE_WRONG_OBJECT_TYPE,
+            IdgenError::NoConnectTimeout { .. } => ERRCODE_INVALID_PARAMETER_VALUE,
+            IdgenError::RemoteTagMissing { .. } => ERRCODE_UNDEFINED_OBJECT,
+            IdgenError::ForeignTableTaken { .. } => ERRCODE_DUPLICATE_TABLE,
             IdgenError::ExtensionDropped => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             IdgenError::RefillFailed { sqlstate, .. } => PgSqlErrorCode::from(*sqlstate),
         }
@@ -296,6 +341,19 @@ impl IdgenError {
             ),
             IdgenError::UnknownTag { tag } => format!("segment tag \"{tag}\" does not exist"),
             IdgenError::TagExists { tag } => format!("segment tag \"{tag}\" already exists"),
+            IdgenError::NoSuchServer { server } => format!("server \"{server}\" does not exist"),
+            IdgenError::NotPostgresFdw { server, wrapper } => format!(
+                "server \"{server}\" uses the foreign-data wrapper \"{wrapper}\", not postgres_fdw"
+            ),
+            IdgenError::NoConnectTimeout { server } => {
+                format!("server \"{server}\" has no connect_timeout option")
+            }
+            IdgenError::RemoteTagMissing { tag, server } => {
+                format!("segment tag \"{tag}\" does not exist on server \"{server}\"")
+            }
+            IdgenError::ForeignTableTaken { name, server } => format!(
+                "relation \"{name}\" already exists and is not a foreign table of server \"{server}\" with the same remote table"
+            ),
             IdgenError::BadStep { step } => format!("step must be positive, got {step}"),
             IdgenError::BadStart { start } => {
                 format!("start must be between 1 and 9223372036854775807, got {start}")
@@ -388,6 +446,20 @@ impl IdgenError {
             IdgenError::TagExists { .. } => {
                 "Use the existing tag, or remove it first with segment_drop().".into()
             }
+            IdgenError::NoSuchServer { server } => format!(
+                "Create it with postgres_fdw: CREATE EXTENSION postgres_fdw; CREATE SERVER {} FOREIGN DATA WRAPPER postgres_fdw OPTIONS (host '...', dbname '...', connect_timeout '5'); CREATE USER MAPPING FOR CURRENT_USER SERVER {} OPTIONS (user '...', password '...');",
+                quote_ident(server), quote_ident(server)
+            ),
+            IdgenError::NotPostgresFdw { .. } => "segment_attach takes ranges through postgres_fdw: name a server created with FOREIGN DATA WRAPPER postgres_fdw.".into(),
+            IdgenError::NoConnectTimeout { server } => format!(
+                "Without it a refill can hang on an unreachable server: ALTER SERVER {} OPTIONS (ADD connect_timeout '5');",
+                quote_ident(server)
+            ),
+            IdgenError::RemoteTagMissing { tag, .. } => format!(
+                "Create it on the central server first (SELECT segment_create({}) there, or insert the seeds' row into its id_segment), then attach it here.",
+                quote_literal(tag)
+            ),
+            IdgenError::ForeignTableTaken { .. } => "Drop or rename that relation, then run segment_attach again.".into(),
             IdgenError::BadStep { .. } => "Pass step => a positive integer; the default is 1000.".into(),
             IdgenError::BadStart { .. } => "Pass start => a positive bigint; the default is 1.".into(),
             IdgenError::BadCount { .. } => "Ask for 0 or more IDs.".into(),

@@ -22,6 +22,17 @@ pub static MAX_IDS_AHEAD: GucSetting<i32> = GucSetting::<i32>::new(10_000_000);
 /// How long a database's refill worker stays without work before it leaves.
 pub static WORKER_IDLE_TIMEOUT_S: GucSetting<i32> = GucSetting::<i32>::new(60);
 
+/// How long, in seconds, of a remote tag's demand the worker keeps cached.
+pub static REMOTE_CACHE_AHEAD_S: GucSetting<i32> = GucSetting::<i32>::new(60);
+
+/// The longest one refill transaction of the worker may take, commit
+/// included, in milliseconds.
+pub static REMOTE_TIMEOUT_MS: GucSetting<i32> = GucSetting::<i32>::new(5_000);
+
+/// `segment_nextval` returns a snowflake ID instead of failing when no
+/// range comes within `refill_timeout`.
+pub static SNOWFLAKE_FALLBACK: GucSetting<bool> = GucSetting::<bool>::new(false);
+
 /// Lets a superuser's transaction lower `id_segment.max_id` on purpose.
 pub static ALLOW_MAX_ID_DECREASE: GucSetting<bool> = GucSetting::<bool>::new(false);
 
@@ -82,6 +93,34 @@ pub fn register() {
         c"Superusers only; set it with SET LOCAL in the transaction that lowers max_id on purpose, knowing that IDs above the new value can be handed out again.",
         &ALLOW_MAX_ID_DECREASE,
         GucContext::Suset,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"pg_idgen.remote_cache_ahead",
+        c"How much demand, in time, the refill worker keeps cached for a tag whose ranges come from a central server.",
+        c"While the central server is unreachable the tag's callers go on with these IDs; pg_idgen.max_ids_ahead caps them.",
+        &REMOTE_CACHE_AHEAD_S,
+        0,
+        86_400,
+        GucContext::Sighup,
+        GucFlags::UNIT_S,
+    );
+    GucRegistry::define_int_guc(
+        c"pg_idgen.remote_timeout",
+        c"The longest one refill of the worker may take, commit included, before it is cancelled.",
+        c"Through postgres_fdw the cancel reaches the central server; the refill is retried with back-off.",
+        &REMOTE_TIMEOUT_MS,
+        100,
+        3_600_000,
+        GucContext::Sighup,
+        GucFlags::UNIT_MS,
+    );
+    GucRegistry::define_bool_guc(
+        c"pg_idgen.snowflake_fallback",
+        c"Return a snowflake ID from segment_nextval() when no range comes within pg_idgen.refill_timeout.",
+        c"Off by default: fallback IDs are far larger than the tag's own, so the column stops being short and trend-increasing while it lasts.",
+        &SNOWFLAKE_FALLBACK,
+        GucContext::Userset,
         GucFlags::default(),
     );
 }

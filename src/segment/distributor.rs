@@ -28,7 +28,23 @@
 //!
 //! It is a plain single-row CAS: no advisory locks, no `ctid`, no
 //! `FOR UPDATE`, so an application, another server or `postgres_fdw` can run
-//! the same protocol on the same row. Every name is schema-qualified and the
+//! the same protocol on the same row.
+//!
+//! # Sources
+//!
+//! A tag's ranges come from one source: the local `id_segment`, or — for a
+//! tag in `id_segment_remote` (`segment_attach`) — the `id_segment` of a
+//! central server, through the postgres_fdw foreign table named there. The
+//! CAS is the same statements on the foreign table, run as that table's
+//! owner (whose user mapping postgres_fdw uses). postgres_fdw commits the
+//! remote transaction just before the local one, so the range is committed
+//! on the central server before the worker publishes it; a failure between
+//! the two commits leaves a gap. The remote transaction is REPEATABLE READ,
+//! so a CAS that loses to another allocator there fails with a
+//! serialization error (40001) rather than matching no row: the worker
+//! retries the whole refill in a new transaction (`worker.rs`). Each
+//! remote refill runs under `statement_timeout = pg_idgen.remote_timeout`,
+//! which postgres_fdw turns into a cancel of the remote statement. Every name is schema-qualified and the
 //! transaction's `search_path` is `pg_catalog, pg_temp`, so no object a user
 //! creates can change what these statements do.
 
@@ -50,6 +66,8 @@ pub struct Granted {
     pub step: i64,
     pub table_oid: u32,
     pub cas_conflicts: u64,
+    /// The range came from a central server (`id_segment_remote`).
+    pub remote: bool,
 }
 
 /// How often the CAS may lose to other allocators in one refill before the
@@ -59,13 +77,59 @@ const MAX_CAS_ATTEMPTS: u64 = 100;
 /// Where `id_segment` lives in this database, if the extension is there.
 struct Table {
     qualified_name: String,
+    /// `id_segment_remote` beside it (absent under 0.1.0's SQL).
+    remote_registry: Option<String>,
     oid: u32,
     owner: pg_sys::Oid,
 }
 
+/// The foreign table a remote tag's ranges come from, and its owner.
+struct RemoteSource {
+    qualified_name: String,
+    owner: pg_sys::Oid,
+}
+
+/// The remote source of `tag`, if it has one (`id_segment_remote` sits in
+/// the schema of `id_segment`).
+fn find_remote(
+    client: &SpiClient<'_>,
+    table: &Table,
+    tag: &str,
+) -> Result<Option<RemoteSource>, pgrx::spi::Error> {
+    let Some(remote_table) = &table.remote_registry else {
+        return Ok(None);
+    };
+    let rows = client.select(
+        &format!(
+            "SELECT pg_catalog.quote_ident(n.nspname) OPERATOR(pg_catalog.||) '.' \
+                    OPERATOR(pg_catalog.||) pg_catalog.quote_ident(c.relname), c.relowner \
+               FROM {remote_table} r \
+               JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) r.foreign_table \
+               JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace \
+              WHERE r.biz_tag OPERATOR(pg_catalog.=) $1"
+        ),
+        Some(1),
+        &[tag.into()],
+    )?;
+    if rows.is_empty() {
+        return Ok(None);
+    }
+    let row = rows.first();
+    Ok(match (row.get::<String>(1)?, row.get::<pg_sys::Oid>(2)?) {
+        (Some(qualified_name), Some(owner)) => Some(RemoteSource {
+            qualified_name,
+            owner,
+        }),
+        _ => None,
+    })
+}
+
 fn find_table(client: &SpiClient<'_>) -> Result<Option<Table>, pgrx::spi::Error> {
     let rows = client.select(
-        "SELECT pg_catalog.quote_ident(n.nspname) OPERATOR(pg_catalog.||) '.id_segment', c.oid, c.relowner \
+        "SELECT pg_catalog.quote_ident(n.nspname), c.oid, c.relowner, \
+                EXISTS (SELECT FROM pg_catalog.pg_class r \
+                         WHERE r.relnamespace OPERATOR(pg_catalog.=) n.oid \
+                           AND r.relname OPERATOR(pg_catalog.=) 'id_segment_remote') \
            FROM pg_catalog.pg_extension e \
            JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) e.extnamespace \
            JOIN pg_catalog.pg_class c ON c.relnamespace OPERATOR(pg_catalog.=) n.oid \
@@ -78,12 +142,16 @@ fn find_table(client: &SpiClient<'_>) -> Result<Option<Table>, pgrx::spi::Error>
         return Ok(None);
     }
     let row = rows.first();
-    let qualified_name: Option<String> = row.get(1)?;
+    let schema: Option<String> = row.get(1)?;
     let oid: Option<pg_sys::Oid> = row.get(2)?;
     let owner: Option<pg_sys::Oid> = row.get(3)?;
-    Ok(match (qualified_name, oid, owner) {
-        (Some(qualified_name), Some(oid), Some(owner)) => Some(Table {
-            qualified_name,
+    let has_remote: Option<bool> = row.get(4)?;
+    Ok(match (schema, oid, owner) {
+        (Some(schema), Some(oid), Some(owner)) => Some(Table {
+            qualified_name: format!("{schema}.id_segment"),
+            remote_registry: has_remote
+                .unwrap_or(false)
+                .then(|| format!("{schema}.id_segment_remote")),
             oid: oid.to_u32(),
             owner,
         }),
@@ -117,6 +185,30 @@ pub fn take_range(
         let Some(table) = find_table(client)? else {
             return Ok(Err(RefillProblem::NoExtension));
         };
+        if let Some(remote) = find_remote(client, &table, tag)? {
+            client.update(
+                "SELECT pg_catalog.set_config('statement_timeout', $1, true)",
+                None,
+                &[format!("{}ms", crate::gucs::REMOTE_TIMEOUT_MS.get()).into()],
+            )?;
+            let source = Table {
+                qualified_name: remote.qualified_name,
+                remote_registry: None,
+                oid: table.oid,
+                owner: remote.owner,
+            };
+            return as_owner(remote.owner, || {
+                let granted = cas(client, &source, tag, steps, bound_table, handed_out)?;
+                Ok(granted.map(|g| Granted { remote: true, ..g }).map_err(
+                    |problem| match problem {
+                        RefillProblem::NoRow => RefillProblem::NoRemoteRow {
+                            foreign_table: source.qualified_name.clone(),
+                        },
+                        other => other,
+                    },
+                ))
+            });
+        }
         as_owner(table.owner, || {
             cas(client, &table, tag, steps, bound_table, handed_out)
         })
@@ -173,6 +265,7 @@ fn cas(
                     step,
                     table_oid: table.oid,
                     cas_conflicts,
+                    remote: false,
                 }));
             }
             cas_conflicts += 1;
@@ -204,7 +297,45 @@ pub enum RowState {
 /// scan: it needs no privilege on the table (like `nextval()`, which needs
 /// none on the sequence's heap), and its lock on the table is released at
 /// once, so the caller's transaction keeps no lock on `id_segment`.
+///
+/// A tag with no row in `id_segment` may be a remote one: its registration
+/// in `id_segment_remote` (same schema) answers then.
 pub fn row_state(table_oid: u32, tag: &[u8]) -> RowState {
+    match row_state_in(table_oid, tag) {
+        RowState::Missing => match remote_table_oid(table_oid) {
+            0 => RowState::Missing,
+            remote => match row_state_in(remote, tag) {
+                RowState::NoTable => RowState::Missing,
+                state => state,
+            },
+        },
+        state => state,
+    }
+}
+
+/// The schema-qualified name of `id_segment_remote` beside table
+/// `table_oid`, if it is there.
+pub fn remote_table_name(table_oid: u32) -> Option<String> {
+    match remote_table_oid(table_oid) {
+        0 => None,
+        oid => table_name_and_owner(oid).map(|(name, _)| name),
+    }
+}
+
+/// The OID of `id_segment_remote` beside table `table_oid` (0: none).
+fn remote_table_oid(table_oid: u32) -> u32 {
+    // SAFETY: syscache look-ups inside the caller's transaction.
+    unsafe {
+        let namespace = pg_sys::get_rel_namespace(pg_sys::Oid::from(table_oid));
+        if namespace == pg_sys::InvalidOid {
+            return 0;
+        }
+        pg_sys::get_relname_relid(c"id_segment_remote".as_ptr(), namespace).to_u32()
+    }
+}
+
+/// `row_state` in one table whose first column (and primary key) is the tag.
+fn row_state_in(table_oid: u32, tag: &[u8]) -> RowState {
     let tag = std::ffi::CString::new(tag).unwrap_or_default();
     // SAFETY: inside a transaction with an active snapshot (a SQL function
     // call); every open/begin is matched by its close/end below, and an

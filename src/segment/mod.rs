@@ -11,8 +11,11 @@
 //! * `created_here`: tags created by the calling transaction.
 //! * `lifecycle`: frees cached ranges when DDL drops their table or database.
 //! * `guard`: the trigger that keeps `id_segment.max_id` from moving back.
+//! * `attach`: `segment_attach`, a tag whose ranges come from a central
+//!   server through postgres_fdw.
 //! * `sql`, `status`: the SQL functions and the status view.
 
+pub mod attach;
 pub mod chain;
 pub mod created_here;
 pub mod distributor;

@@ -78,7 +78,17 @@ impl Prefetcher {
     /// Folds in the slot's counters at `now_ms`: IDs taken and calls that
     /// waited, both since the slot was created. `step` is the tag's step,
     /// `max_ahead` the cap on the distance.
-    pub fn observe(&mut self, now_ms: i64, taken: u64, waits: u64, step: u64, max_ahead: u64) {
+    /// `horizon_ms` is how much demand to keep cached (`HORIZON_MS`, or
+    /// more for a tag whose ranges come from another server).
+    pub fn observe(
+        &mut self,
+        now_ms: i64,
+        taken: u64,
+        waits: u64,
+        step: u64,
+        max_ahead: u64,
+        horizon_ms: u64,
+    ) {
         let step = step.max(1);
         let hungry = waits > self.seen_waits;
         self.seen_waits = waits;
@@ -111,7 +121,7 @@ impl Prefetcher {
             }
             Some(_) => {}
         }
-        let demand = (self.ids_per_second * HORIZON_MS as f64 / 1000.0) as u64;
+        let demand = (self.ids_per_second * horizon_ms as f64 / 1000.0) as u64;
         if hungry {
             self.distance = (self.distance.max(step) * 2).max(demand);
         } else if demand > self.distance {
@@ -146,10 +156,23 @@ impl Default for Prefetcher {
 pub enum RefillProblem {
     NoExtension,
     NoRow,
-    StepNotPositive { step: i64 },
-    MaxIdBehind { max_id: i64, handed_out: i64 },
-    Exhausted { max_id: i64 },
-    CasContention { attempts: u64 },
+    /// A remote tag's row is missing on the central server.
+    NoRemoteRow {
+        foreign_table: String,
+    },
+    StepNotPositive {
+        step: i64,
+    },
+    MaxIdBehind {
+        max_id: i64,
+        handed_out: i64,
+    },
+    Exhausted {
+        max_id: i64,
+    },
+    CasContention {
+        attempts: u64,
+    },
 }
 
 /// The new `max_id` and the range it grants.
@@ -254,8 +277,14 @@ mod tests {
                 self.taken += wanted;
                 self.buffered -= wanted;
             }
-            self.prefetcher
-                .observe(self.now_ms, self.taken, self.waits, self.step, 10_000_000);
+            self.prefetcher.observe(
+                self.now_ms,
+                self.taken,
+                self.waits,
+                self.step,
+                10_000_000,
+                HORIZON_MS,
+            );
             let status = ChainStatus {
                 current_len: self.buffered,
                 ids_ahead: 0,
@@ -329,23 +358,47 @@ mod tests {
         );
     }
 
+    /// A tag whose ranges come from another server keeps a longer horizon
+    /// of demand cached: an outage that short costs its callers nothing.
+    #[test]
+    fn a_longer_horizon_keeps_proportionally_more_cached() {
+        let distance_at = |horizon_ms: u64, max_ahead: u64| {
+            let mut p = Prefetcher::new();
+            p.observe(0, 0, 0, 10, max_ahead, horizon_ms);
+            p.observe(1000, 100_000, 0, 10, max_ahead, horizon_ms);
+            p.distance()
+        };
+        // 100,000 IDs a second: 250 ms of it locally, 30 s of it remotely,
+        // within the cap.
+        assert_eq!(distance_at(HORIZON_MS, u64::MAX), 25_000);
+        assert_eq!(distance_at(30_000, u64::MAX), 3_000_000);
+        assert_eq!(distance_at(30_000, 1_000_000), 1_000_000);
+    }
+
     #[test]
     fn the_distance_never_exceeds_its_cap_or_falls_below_a_step() {
         let mut p = Prefetcher::new();
         for i in 0..50 {
-            p.observe(i * 200, i as u64 * 1_000_000_000, i as u64, 100, 50_000);
+            p.observe(
+                i * 200,
+                i as u64 * 1_000_000_000,
+                i as u64,
+                100,
+                50_000,
+                HORIZON_MS,
+            );
         }
         assert_eq!(p.distance(), 50_000);
         let mut idle = Prefetcher::new();
-        idle.observe(0, 0, 0, 1000, 10_000_000);
+        idle.observe(0, 0, 0, 1000, 10_000_000, HORIZON_MS);
         assert_eq!(idle.distance(), 1000);
     }
 
     #[test]
     fn one_refill_takes_as_many_steps_as_the_distance_needs() {
         let mut p = Prefetcher::new();
-        p.observe(0, 0, 0, 10, 1_000_000);
-        p.observe(1000, 400_000, 0, 10, 1_000_000);
+        p.observe(0, 0, 0, 10, 1_000_000, HORIZON_MS);
+        p.observe(1000, 400_000, 0, 10, 1_000_000, HORIZON_MS);
         assert_eq!(p.distance(), 100_000);
         let status = ChainStatus {
             current_len: 1000,

@@ -56,6 +56,14 @@ pub struct SlotStats {
     /// End of the last successful refill (TimestampTz) and its duration.
     pub last_refill_at: AtomicI64,
     pub last_refill_micros: AtomicU64,
+    /// Snowflake IDs handed out instead (`pg_idgen.snowflake_fallback`),
+    /// and when the last WARNING about them was logged (ms, `now_ms`).
+    pub fallback_ids: AtomicU64,
+    pub fallback_warned_at_ms: AtomicI64,
+    /// Set when a call fell back; the next range published clears it.
+    /// Meanwhile calls fall back at once instead of each waiting out
+    /// `refill_timeout` again.
+    pub falling_back: AtomicBool,
 }
 
 #[repr(C)]
@@ -592,11 +600,14 @@ impl Slot {
             &s.wait_micros,
             &s.last_refill_ids,
             &s.last_refill_micros,
+            &s.fallback_ids,
         ] {
             counter.store(0, Ordering::Relaxed);
         }
         s.step.store(0, Ordering::Relaxed);
         s.last_refill_at.store(0, Ordering::Relaxed);
+        s.fallback_warned_at_ms.store(0, Ordering::Relaxed);
+        s.falling_back.store(false, Ordering::Relaxed);
     }
 
     /// Publishes a committed range (exclusive lock held). If the slot was
@@ -611,7 +622,11 @@ impl Slot {
         mark: u64,
     ) -> Result<(), PublishError> {
         self.rebind(table_oid);
-        self.chain.publish(first, len, mark)
+        let published = self.chain.publish(first, len, mark);
+        if published.is_ok() {
+            self.stats.falling_back.store(false, Ordering::Relaxed);
+        }
+        published
     }
 
     /// Binds the slot to `table_oid`, dropping ranges from any other table

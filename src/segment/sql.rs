@@ -113,7 +113,7 @@ fn table_of_function(fn_oid: pg_sys::Oid) -> u32 {
     }
 }
 
-fn current_table_oid(fcinfo: pg_sys::FunctionCallInfo) -> u32 {
+pub(super) fn current_table_oid(fcinfo: pg_sys::FunctionCallInfo) -> u32 {
     // SAFETY: fcinfo is the current call's.
     table_of_function(unsafe { (*(*fcinfo).flinfo).fn_oid })
 }
@@ -264,6 +264,13 @@ fn next_id_slow(
     // Before waiting for the worker: is there still a row, and is it one
     // the worker can take from (not one this transaction holds)?
     check_row(table_oid, tag);
+    // Falling back already: no new range since a call waited in vain.
+    if gucs::SNOWFLAKE_FALLBACK.get() && slot.stats.falling_back.load(Ordering::Relaxed) {
+        if let Err(e) = request_refill(registry, index) {
+            e.raise();
+        }
+        return Some(fallback_id(slot, tag, Duration::ZERO, "still no new range"));
+    }
     let timeout = Duration::from_millis(gucs::REFILL_TIMEOUT_MS.get() as u64);
     let errors_before = slot.error_seq.load(Ordering::Acquire);
     let mut transient_error = None;
@@ -317,6 +324,13 @@ fn next_id_slow(
         let waited = started.elapsed();
         if waited >= timeout {
             finish(started);
+            if gucs::SNOWFLAKE_FALLBACK.get() {
+                let cause = transient_error.map_or_else(
+                    || "the refill worker did not deliver".to_string(),
+                    |e| e.message,
+                );
+                return Some(fallback_id(slot, tag, waited, &cause));
+            }
             match transient_error {
                 // Say what kept the refill from succeeding, and for how long.
                 Some(mut e) => {
@@ -346,6 +360,42 @@ fn next_id_slow(
             );
         }
     }
+}
+
+/// How often, at most, a tag's fallback IDs are logged.
+const FALLBACK_WARNING_EVERY_MS: i64 = 60_000;
+
+/// A snowflake ID in place of a segment ID that did not come in time
+/// (`pg_idgen.snowflake_fallback`): counted in the slot, and logged as a
+/// WARNING at most once a minute per tag.
+fn fallback_id(slot: &super::registry::Slot, tag: &[u8], waited: Duration, cause: &str) -> i64 {
+    let state = crate::snowflake::sql::snowflake_or_raise();
+    let id = state.next_id(&state.main);
+    let stats = &slot.stats;
+    stats.falling_back.store(true, Ordering::Relaxed);
+    let count = stats.fallback_ids.fetch_add(1, Ordering::Relaxed) + 1;
+    let now = super::registry::now_ms();
+    let warned = stats.fallback_warned_at_ms.load(Ordering::Relaxed);
+    if now - warned >= FALLBACK_WARNING_EVERY_MS
+        && stats
+            .fallback_warned_at_ms
+            .compare_exchange(warned, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    {
+        IdgenError::log(
+            &crate::errors::StoredError {
+                sqlstate: PgSqlErrorCode::ERRCODE_WARNING as i32,
+                message: format!(
+                    "segment tag \"{}\" got no range within {} ms ({cause}): handing out snowflake IDs instead ({count} so far)",
+                    tag_text(tag),
+                    waited.as_millis()
+                ),
+                hint: "pg_idgen.snowflake_fallback is on. These IDs are far larger than the tag's own; segment_status.fallback_ids counts them.".into(),
+            },
+            pgrx::PgLogLevel::WARNING,
+        );
+    }
+    id
 }
 
 /// The next ID of `tag`, resolving it as needed; also returns the slot
@@ -526,7 +576,15 @@ fn segment_create(
          VALUES ($1, $2, $3, 0, pg_catalog.now()) ON CONFLICT (biz_tag) DO NOTHING",
         table_name(table_oid)
     );
+    // A tag attached to a central server has its one source there.
+    let attached = distributor::remote_table_name(table_oid)
+        .map(|remote| format!("SELECT 1 FROM {remote} WHERE biz_tag OPERATOR(pg_catalog.=) $1"));
     let inserted = Spi::connect_mut(|client| {
+        if let Some(attached) = &attached {
+            if !client.select(attached, Some(1), &[tag.into()])?.is_empty() {
+                return Ok(0);
+            }
+        }
         client
             .update(
                 insert.as_str(),
@@ -570,10 +628,17 @@ fn segment_drop(tag: Option<&str>, fcinfo: pg_sys::FunctionCallInfo) {
         "DELETE FROM {} WHERE biz_tag OPERATOR(pg_catalog.=) $1",
         table_name(table_oid)
     );
+    // An attached tag: its registration goes; the central row stays.
+    let detach = distributor::remote_table_name(table_oid)
+        .map(|remote| format!("DELETE FROM {remote} WHERE biz_tag OPERATOR(pg_catalog.=) $1"));
     let deleted = Spi::connect_mut(|client| {
-        client
+        let mut deleted = client
             .update(delete.as_str(), None, &[tag.into()])
-            .map(|t| t.len())
+            .map(|t| t.len())?;
+        if let Some(detach) = &detach {
+            deleted += client.update(detach, None, &[tag.into()])?.len();
+        }
+        Ok::<_, pgrx::spi::Error>(deleted)
     })
     .unwrap_or_else(|e| {
         IdgenError::Internal {

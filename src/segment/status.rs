@@ -46,6 +46,7 @@ fn segment_status_rows() -> TableIterator<
         name!(refill_failures, i64),
         name!(waits, i64),
         name!(wait_ms, f64),
+        name!(fallback_ids, i64),
         name!(ids_taken, i64),
         name!(ids_per_second, i64),
         name!(last_refill, Option<pgrx::datum::TimestampWithTimeZone>),
@@ -98,6 +99,7 @@ fn segment_status_rows() -> TableIterator<
             stats.refill_failures.load(Ordering::Relaxed) as i64,
             stats.waits.load(Ordering::Relaxed) as i64,
             stats.wait_micros.load(Ordering::Relaxed) as f64 / 1000.0,
+            stats.fallback_ids.load(Ordering::Relaxed) as i64,
             chain.ids_taken as i64,
             stats.ids_per_second.load(Ordering::Relaxed) as i64,
             (last_refill_at != 0).then(|| {

@@ -52,6 +52,9 @@ const WORKER_TYPE: &str = "pg_idgen refill worker";
 const FIRST_BACKOFF_MS: i64 = 100;
 const MAX_BACKOFF_MS: i64 = 10_000;
 
+/// Refills of one pass that may lose a central server's CAS in a row.
+const MAX_SERIALIZATION_RETRIES: u32 = 50;
+
 /// Set once this process has attached to its database's worker entry.
 static ATTACHED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
@@ -165,6 +168,9 @@ unsafe extern "C-unwind" fn on_exit(_code: i32, arg: pg_sys::Datum) {
 #[derive(Default)]
 struct WorkerMemory {
     prefetchers: HashMap<(usize, u64), Prefetcher>,
+    /// Slots whose last range came from a central server: they keep
+    /// `pg_idgen.remote_cache_ahead` of demand cached.
+    remote: std::collections::HashSet<(usize, u64)>,
     backoff: HashMap<(usize, u64), Backoff>,
     logged: HashMap<usize, String>,
 }
@@ -189,7 +195,9 @@ impl Backoff {
 
 /// How a refill ended.
 enum Refilled {
-    Published,
+    Published {
+        remote: bool,
+    },
     Failed,
     /// The slot's row or extension is gone: the slot was freed.
     Gone,
@@ -210,6 +218,8 @@ fn refill_pass(registry: &Registry, database: u32, memory: &mut WorkerMemory) ->
     };
     memory.prefetchers.retain(|key, _| live(key));
     memory.backoff.retain(|key, _| live(key));
+    memory.remote.retain(live);
+    let remote_horizon_ms = gucs::REMOTE_CACHE_AHEAD_S.get() as u64 * 1000;
     for (index, slot) in registry.slots() {
         let identity = {
             let shared = registry.lock(false);
@@ -223,7 +233,11 @@ fn refill_pass(registry: &Registry, database: u32, memory: &mut WorkerMemory) ->
         let status = slot.status();
         let step = slot.stats.step.load(Ordering::Relaxed).max(1) as u64;
         let waits = slot.stats.waits.load(Ordering::Relaxed);
-        prefetcher.observe(now_ms, status.ids_taken, waits, step, max_ahead);
+        let horizon_ms = match memory.remote.contains(&key) {
+            true => remote_horizon_ms.max(policy::HORIZON_MS),
+            false => policy::HORIZON_MS,
+        };
+        prefetcher.observe(now_ms, status.ids_taken, waits, step, max_ahead, horizon_ms);
         slot.stats
             .safe_distance
             .store(prefetcher.distance(), Ordering::Relaxed);
@@ -258,8 +272,13 @@ fn refill_pass(registry: &Registry, database: u32, memory: &mut WorkerMemory) ->
             percent,
             &mut memory.logged,
         ) {
-            Refilled::Published => {
+            Refilled::Published { remote } => {
                 memory.backoff.remove(&key);
+                if remote {
+                    memory.remote.insert(key);
+                } else {
+                    memory.remote.remove(&key);
+                }
                 worked = true;
             }
             Refilled::Failed => {
@@ -293,7 +312,24 @@ fn refill(
     let bound_table = slot.table_oid();
     let handed_out = (status.published > 0 && status.high_water > 0).then_some(status.high_water);
     let started = Instant::now();
-    let outcome = in_transaction(|| distributor::take_range(tag, steps, bound_table, handed_out));
+    // A CAS that lost to another allocator on a central server fails with
+    // a serialization error (its transaction is REPEATABLE READ): take the
+    // range again in a new transaction.
+    let mut serialization_failures = 0;
+    let outcome = loop {
+        let outcome =
+            in_transaction(|| distributor::take_range(tag, steps, bound_table, handed_out));
+        match outcome {
+            Err(e)
+                if e.sqlstate == PgSqlErrorCode::ERRCODE_T_R_SERIALIZATION_FAILURE as i32
+                    && serialization_failures < MAX_SERIALIZATION_RETRIES =>
+            {
+                serialization_failures += 1;
+                slot.stats.cas_conflicts.fetch_add(1, Ordering::Relaxed);
+            }
+            outcome => break outcome,
+        }
+    };
     failpoint("worker-before-publish");
     let error = match outcome {
         Ok(Ok(Ok(granted))) => {
@@ -328,7 +364,9 @@ fn refill(
                     drop(exclusive);
                     logged.remove(&index);
                     slot.broadcast();
-                    return Refilled::Published;
+                    return Refilled::Published {
+                        remote: granted.remote,
+                    };
                 }
                 Err(e) => StoredError {
                     sqlstate: PgSqlErrorCode::ERRCODE_INTERNAL_ERROR as i32,
@@ -342,7 +380,10 @@ fn refill(
             }
         }
         Ok(Ok(Err(problem))) => {
-            let gone = matches!(problem, RefillProblem::NoRow | RefillProblem::NoExtension);
+            let gone = matches!(
+                problem,
+                RefillProblem::NoRow | RefillProblem::NoRemoteRow { .. } | RefillProblem::NoExtension
+            );
             let error = refill_problem_report(&problem, tag);
             if gone {
                 // Tell the callers waiting now, then free the slot: nothing
@@ -388,6 +429,14 @@ fn store_error(registry: &Registry, slot: &Slot, generation: u64, error: &Stored
     slot.broadcast();
 }
 
+// utils/timeout.h, which pgrx does not bind; `TimeoutId` has the same
+// first members in PostgreSQL 15 to 18.
+const STATEMENT_TIMEOUT: std::ffi::c_int = 3;
+unsafe extern "C-unwind" {
+    fn enable_timeout_after(id: std::ffi::c_int, delay_ms: std::ffi::c_int);
+    fn disable_timeout(id: std::ffi::c_int, keep_indicator: bool);
+}
+
 /// Runs `body` in a transaction of its own and commits it; a PostgreSQL
 /// error anywhere in it (including the commit) aborts the transaction and
 /// comes back as the error's report.
@@ -397,8 +446,12 @@ fn in_transaction<R>(body: impl FnOnce() -> R) -> Result<R, StoredError> {
     PgTryBuilder::new(move || {
         let body = body;
         // SAFETY: the worker is outside any transaction here; every start
-        // is matched by the commit below or the abort in the catch.
+        // is matched by the commit below or the abort in the catch. The
+        // statement timeout (the handler InitPostgres registered) bounds
+        // the whole refill, commit included: through postgres_fdw it is a
+        // cancel of the remote statement. It is disarmed on both paths.
         unsafe {
+            enable_timeout_after(STATEMENT_TIMEOUT, gucs::REMOTE_TIMEOUT_MS.get());
             pg_sys::SetCurrentStatementStartTimestamp();
             pg_sys::StartTransactionCommand();
             pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
@@ -408,13 +461,17 @@ fn in_transaction<R>(body: impl FnOnce() -> R) -> Result<R, StoredError> {
         unsafe {
             pg_sys::PopActiveSnapshot();
             pg_sys::CommitTransactionCommand();
+            disable_timeout(STATEMENT_TIMEOUT, false);
         }
         Ok(result)
     })
     .catch_others(|caught| {
         // SAFETY: we are in the worker's top level with an aborted (or no)
         // transaction; this is how a background worker recovers from ERROR.
-        unsafe { pg_sys::AbortCurrentTransaction() };
+        unsafe {
+            disable_timeout(STATEMENT_TIMEOUT, false);
+            pg_sys::AbortCurrentTransaction();
+        }
         Err(stored_from(caught))
     })
     .execute()
@@ -426,9 +483,20 @@ fn stored_from(caught: CaughtError) -> StoredError {
         | CaughtError::ErrorReport(r)
         | CaughtError::RustPanic { ereport: r, .. } => r,
     };
+    let sqlstate = report.sql_error_code() as i32;
+    // A connection problem (class 08, e.g. postgres_fdw's "could not
+    // connect to server") says what went wrong in its detail.
+    let connection_class = PgSqlErrorCode::ERRCODE_CONNECTION_EXCEPTION as i32 & 0xFFF;
+    let message = match report.detail() {
+        Some(detail) if sqlstate & 0xFFF == connection_class => {
+            let detail: Vec<&str> = detail.split_whitespace().collect();
+            format!("{}: {}", report.message(), detail.join(" "))
+        }
+        _ => report.message().to_string(),
+    };
     StoredError {
-        sqlstate: report.sql_error_code() as i32,
-        message: report.message().to_string(),
+        sqlstate,
+        message,
         hint: report.hint().unwrap_or("Check the server log.").to_string(),
     }
 }

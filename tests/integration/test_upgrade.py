@@ -27,6 +27,7 @@ from cluster import PG_BIN
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 RELEASE_0_1_0 = "8c4bf95"
+CRATE = "pg_idgen_release_0_1_0"
 PG_CONFIG = os.path.join(PG_BIN, "pg_config")
 # A setting 0.2.0 registers and 0.1.0 does not: tells which library runs.
 NEW_SETTING = "pg_idgen.allow_max_id_decrease"
@@ -49,14 +50,20 @@ def build_release_0_1_0(out_dir):
         f"{archive.stderr.decode(errors='replace')}")
     archive = archive.stdout
     subprocess.run(["tar", "-x", "-C", src], input=archive, check=True)
+    # Built under a crate name of its own: the target directory is shared
+    # with the current tree (for its compiled dependencies), and the two
+    # must not overwrite each other's target/debug/libpg_idgen.so. The
+    # library's file name does not matter (it is copied to pg_idgen.so);
+    # its SQL names MODULE_PATHNAME, which pg_idgen.control resolves.
+    os.rename(os.path.join(src, "pg_idgen.control"), os.path.join(src, f"{CRATE}.control"))
     cargo_toml = os.path.join(src, "Cargo.toml")
     with open(cargo_toml) as f:
-        manifest = f.read()
+        manifest = f.read().replace('name = "pg_idgen"', f'name = "{CRATE}"', 1)
     if not re.search(rf"^pg{major} = ", manifest, re.M):
         manifest = manifest.replace(
             "pg_test = []", f'pg{major} = ["pgrx/pg{major}", "pgrx-tests/pg{major}"]\npg_test = []')
-        with open(cargo_toml, "w") as f:
-            f.write(manifest)
+    with open(cargo_toml, "w") as f:
+        f.write(manifest)
     env = dict(os.environ)
     env.setdefault("CARGO_TARGET_DIR", os.path.join(REPO, "target"))
     pkg = os.path.join(out_dir, "pkg")
@@ -69,7 +76,7 @@ def build_release_0_1_0(out_dir):
     for root, _, files in os.walk(pkg):
         for name in files:
             found[name] = os.path.join(root, name)
-    return found["pg_idgen.so"], found["pg_idgen--0.1.0.sql"]
+    return found[f"{CRATE}.so"], found[f"{CRATE}--0.1.0.sql"]
 
 
 class Libraries:
@@ -99,7 +106,8 @@ def libraries():
     work = tempfile.mkdtemp(prefix="pg_idgen-0.1.0.")
     try:
         old_library, old_script = build_release_0_1_0(work)
-        shutil.copy(old_script, os.path.join(pg_config("--sharedir"), "extension"))
+        shutil.copy(old_script, os.path.join(pg_config("--sharedir"), "extension",
+                                             "pg_idgen--0.1.0.sql"))
         libs = Libraries(old_library, work)
         try:
             yield libs

@@ -1,0 +1,202 @@
+//! `segment_attach`: points a tag at the `id_segment` of a central server,
+//! so that several databases (shards, several primaries) draw from one ID
+//! space through PostgreSQL's own postgres_fdw.
+//!
+//! It checks the server (postgres_fdw, with a `connect_timeout`), creates
+//! the foreign table `"<schema>.<table>@<server>"` in the extension's
+//! schema if it is not there (owned by the caller, whose user mapping the
+//! refill worker then uses), reads the tag's central row through it, and
+//! registers the tag in `id_segment_remote`. A tag has one source: a tag
+//! with a row in the local `id_segment` cannot be attached, and an attached
+//! one cannot be created locally. The refill itself is the distributor's
+//! (`distributor.rs`, "Sources").
+
+use super::distributor;
+use super::sql::{check_tag, current_table_oid, registry_or_raise};
+use crate::errors::IdgenError;
+use pgrx::prelude::*;
+use pgrx::spi::SpiClient;
+
+fn spi_failed(context: &'static str) -> impl Fn(pgrx::spi::Error) -> IdgenError {
+    move |e| IdgenError::Internal {
+        context,
+        message: e.to_string(),
+    }
+}
+
+/// Refuses a server that is missing, not postgres_fdw, or without a
+/// connect timeout.
+fn check_server(client: &SpiClient<'_>, server: &str) -> Result<(), IdgenError> {
+    let rows = client
+        .select(
+            "SELECT w.fdwname::pg_catalog.text, \
+                    coalesce(pg_catalog.array_to_string(s.srvoptions, ','), '') \
+               FROM pg_catalog.pg_foreign_server s \
+               JOIN pg_catalog.pg_foreign_data_wrapper w ON w.oid OPERATOR(pg_catalog.=) s.srvfdw \
+              WHERE s.srvname OPERATOR(pg_catalog.=) $1",
+            Some(1),
+            &[server.into()],
+        )
+        .map_err(spi_failed("segment_attach: server"))?;
+    if rows.is_empty() {
+        return Err(IdgenError::NoSuchServer {
+            server: server.into(),
+        });
+    }
+    let row = rows.first();
+    let wrapper: String = row.get(1).ok().flatten().unwrap_or_default();
+    let options: String = row.get(2).ok().flatten().unwrap_or_default();
+    if wrapper != "postgres_fdw" {
+        return Err(IdgenError::NotPostgresFdw {
+            server: server.into(),
+            wrapper,
+        });
+    }
+    if !options
+        .split(',')
+        .any(|o| o.starts_with("connect_timeout="))
+    {
+        return Err(IdgenError::NoConnectTimeout {
+            server: server.into(),
+        });
+    }
+    Ok(())
+}
+
+/// `segment_attach(tag, server, remote_schema => 'public', remote_table =>
+/// 'id_segment')`: from now on the tag's ranges come from that table on
+/// `server`, a postgres_fdw server.
+#[pg_extern(volatile, parallel_unsafe)]
+fn segment_attach(
+    tag: Option<&str>,
+    server: Option<&str>,
+    remote_schema: default!(Option<&str>, "'public'"),
+    remote_table: default!(Option<&str>, "'id_segment'"),
+    fcinfo: pg_sys::FunctionCallInfo,
+) {
+    registry_or_raise();
+    let null = |what| IdgenError::NullArgument { what }.raise();
+    let tag = tag.unwrap_or_else(|| null("segment tag"));
+    let server = server.unwrap_or_else(|| null("server"));
+    let remote_schema = remote_schema.unwrap_or_else(|| null("remote_schema"));
+    let remote_table = remote_table.unwrap_or_else(|| null("remote_table"));
+    check_tag(tag.as_bytes());
+    let table_oid = current_table_oid(fcinfo);
+    let (local_table, _) = distributor::table_name_and_owner(table_oid)
+        .unwrap_or_else(|| IdgenError::ExtensionDropped.raise());
+    let schema = local_table
+        .strip_suffix(".id_segment")
+        .unwrap_or_else(|| IdgenError::ExtensionDropped.raise())
+        .to_string();
+    let foreign_name = format!("{remote_schema}.{remote_table}@{server}");
+    let result = Spi::connect_mut(|client| -> Result<(), IdgenError> {
+        check_server(client, server)?;
+        let local_row = client
+            .select(
+                &format!("SELECT 1 FROM {local_table} WHERE biz_tag OPERATOR(pg_catalog.=) $1"),
+                Some(1),
+                &[tag.into()],
+            )
+            .map_err(spi_failed("segment_attach: local row"))?;
+        if !local_row.is_empty() {
+            return Err(IdgenError::TagExists { tag: tag.into() });
+        }
+        // The foreign table: made here, or one made before for the same
+        // server and remote table.
+        let existing = client
+            .select(
+                "SELECT ft.ftserver OPERATOR(pg_catalog.=) s.oid \
+                        AND ft.ftoptions OPERATOR(pg_catalog.@>) ARRAY[$3, $4] \
+                   FROM pg_catalog.pg_class c \
+                   JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace \
+                   LEFT JOIN pg_catalog.pg_foreign_table ft ON ft.ftrelid OPERATOR(pg_catalog.=) c.oid \
+                   LEFT JOIN pg_catalog.pg_foreign_server s ON s.srvname OPERATOR(pg_catalog.=) $5 \
+                  WHERE c.relname OPERATOR(pg_catalog.=) $1 AND n.nspname OPERATOR(pg_catalog.=) $2",
+                Some(1),
+                &[
+                    foreign_name.as_str().into(),
+                    pg_unquote(&schema).into(),
+                    format!("schema_name={remote_schema}").into(),
+                    format!("table_name={remote_table}").into(),
+                    server.into(),
+                ],
+            )
+            .map_err(spi_failed("segment_attach: foreign table"))?;
+        let qualified = format!("{schema}.{}", quote_identifier(&foreign_name));
+        if existing.is_empty() {
+            client
+                .update(
+                    &format!(
+                        "CREATE FOREIGN TABLE {qualified} (\
+                            biz_tag varchar(64) NOT NULL, max_id bigint NOT NULL, step int NOT NULL, \
+                            version bigint NOT NULL, updated_at timestamptz) \
+                         SERVER {} OPTIONS (schema_name {}, table_name {})",
+                        quote_identifier(server),
+                        quote_literal(remote_schema),
+                        quote_literal(remote_table)
+                    ),
+                    None,
+                    &[],
+                )
+                .map_err(spi_failed("segment_attach: CREATE FOREIGN TABLE"))?;
+        } else if existing.first().get::<bool>(1).ok().flatten() != Some(true) {
+            return Err(IdgenError::ForeignTableTaken {
+                name: foreign_name.clone(),
+                server: server.into(),
+            });
+        }
+        // The central row must be there (this also proves the connection
+        // and the user mapping work).
+        let central = client
+            .select(
+                &format!("SELECT max_id FROM {qualified} WHERE biz_tag OPERATOR(pg_catalog.=) $1"),
+                Some(1),
+                &[tag.into()],
+            )
+            .map_err(spi_failed("segment_attach: central row"))?;
+        if central.is_empty() {
+            return Err(IdgenError::RemoteTagMissing {
+                tag: tag.into(),
+                server: server.into(),
+            });
+        }
+        let inserted = client
+            .update(
+                &format!(
+                    "INSERT INTO {schema}.id_segment_remote (biz_tag, server, foreign_table) \
+                     VALUES ($1, $2, $3::pg_catalog.regclass) ON CONFLICT (biz_tag) DO NOTHING"
+                ),
+                None,
+                &[tag.into(), server.into(), qualified.as_str().into()],
+            )
+            .map_err(spi_failed("segment_attach: register"))?;
+        if inserted.is_empty() {
+            return Err(IdgenError::TagExists { tag: tag.into() });
+        }
+        Ok(())
+    });
+    if let Err(e) = result {
+        e.raise();
+    }
+}
+
+fn quote_identifier(name: &str) -> String {
+    let name = std::ffi::CString::new(name).unwrap_or_default();
+    // SAFETY: quote_identifier reads a NUL-terminated string and returns
+    // it or a palloc'd quoted copy.
+    unsafe { std::ffi::CStr::from_ptr(pg_sys::quote_identifier(name.as_ptr())) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+fn quote_literal(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "''"))
+}
+
+/// A name as `quote_identifier` printed it, unquoted again.
+fn pg_unquote(quoted: &str) -> String {
+    match quoted.strip_prefix('"').and_then(|q| q.strip_suffix('"')) {
+        Some(inner) => inner.replace("\"\"", "\""),
+        None => quoted.to_string(),
+    }
+}

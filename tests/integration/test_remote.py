@@ -1,0 +1,305 @@
+"""Many servers, one ID space: shards whose tags take their ranges from a
+central server's id_segment through postgres_fdw (segment_attach), and the
+opt-in snowflake fallback. Every server is a throwaway cluster of its own,
+on its own Unix socket."""
+
+import bisect
+import os
+import re
+import threading
+import time
+
+import psycopg
+import pytest
+
+from adversary import paused
+from conftest import assert_increasing, assert_unique, wait_for
+
+EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "sharding")
+
+# Shards keep a bounded cache, so that a test can run it dry.
+SHARD_CONF = ("pg_idgen.refill_timeout = '2s'", "pg_idgen.remote_cache_ahead = '1s'",
+              "pg_idgen.max_ids_ahead = 20000", "pg_idgen.remote_timeout = '2s'")
+
+
+def psql_file(cluster, db, path, **variables):
+    args = ["psql", "-v", "ON_ERROR_STOP=1", "-q", "-d", db, "-f", path]
+    for name, value in variables.items():
+        args[1:1] = ["-v", f"{name}={value}"]
+    done = cluster.client(*args, check=False)
+    assert done.returncode == 0, done.stderr
+
+
+def attach(shard, db, central, central_db, tag="orders"):
+    """The README's shard setup, without the example table."""
+    for statement in [
+        "CREATE EXTENSION IF NOT EXISTS postgres_fdw",
+        f"CREATE SERVER central FOREIGN DATA WRAPPER postgres_fdw OPTIONS (host '{central.dir}', "
+        f"port '5432', dbname '{central_db}', connect_timeout '2')",
+        "CREATE USER MAPPING FOR CURRENT_USER SERVER central OPTIONS (user 'postgres')",
+        f"SELECT segment_attach('{tag}', 'central')",
+    ]:
+        shard.sql(statement, dbname=db)
+
+
+def central_and_shards(make_cluster, shards=2, step=10, conf=SHARD_CONF):
+    central = make_cluster()
+    central.start()
+    central_db = central.new_database()
+    central.sql(f"SELECT segment_create('orders', step => {step})", dbname=central_db)
+    made = []
+    for i in range(shards):
+        shard = make_cluster(conf=(*conf, f"pg_idgen.machine_id = {i + 1}"))
+        shard.start()
+        db = shard.new_database()
+        attach(shard, db, central, central_db)
+        made.append((shard, db))
+    return central, central_db, made
+
+
+def draw(cluster, db, n, tag="orders"):
+    return [r[0] for r in cluster.sql(
+        f"SELECT segment_nextval('{tag}') FROM generate_series(1, {n})", dbname=db)]
+
+
+def central_max_id(central, central_db, tag="orders"):
+    (max_id,), = central.sql("SELECT max_id FROM id_segment WHERE biz_tag = %s", (tag,),
+                             dbname=central_db)
+    return max_id
+
+
+def test_shards_and_a_seeds_client_never_share_an_id(make_cluster):
+    """Central + 2 shards x 4 sessions x 100,000 IDs at step 10, while a
+    client runs the seeds' CAS on the central row itself."""
+    central, central_db, shards = central_and_shards(make_cluster)
+    per_session, sessions = {}, []
+    stop = threading.Event()
+    client_ranges, failures = [], []
+
+    def session(shard, db, key):
+        try:
+            with shard.connect(db) as conn:
+                ids = []
+                for _ in range(10):
+                    ids += [r[0] for r in conn.execute(
+                        "SELECT segment_nextval('orders') FROM generate_series(1, 10000)")]
+                per_session[key] = ids
+        except Exception as e:  # reported below
+            failures.append(e)
+
+    def seeds_client():
+        with central.connect(central_db) as conn:
+            while not stop.is_set():
+                (max_id, step, version), = conn.execute(
+                    "SELECT max_id, step, version FROM id_segment WHERE biz_tag = 'orders'").fetchall()
+                won = conn.execute(
+                    "UPDATE id_segment SET max_id = max_id + step, version = version + 1, "
+                    "updated_at = now() WHERE biz_tag = 'orders' AND version = %s RETURNING max_id",
+                    (version,)).fetchall()
+                if won:
+                    client_ranges.append((won[0][0] - step + 1, won[0][0]))
+
+    client = threading.Thread(target=seeds_client)
+    client.start()
+    for s, (shard, db) in enumerate(shards):
+        for i in range(4):
+            t = threading.Thread(target=session, args=(shard, db, (s, i)))
+            t.start()
+            sessions.append(t)
+    for t in sessions:
+        t.join()
+    stop.set()
+    client.join()
+    assert not failures, failures[:3]
+    assert len(per_session) == 8
+    for ids in per_session.values():
+        assert_increasing(ids)
+    everything = [i for ids in per_session.values() for i in ids]
+    assert len(everything) == 800_000
+    assert_unique(everything)
+    assert client_ranges, "the seeds' client never won a range"
+    ranges = sorted(client_ranges)
+    starts = [first for first, _ in ranges]
+    inside = [i for i in everything
+              if (k := bisect.bisect_right(starts, i) - 1) >= 0 and i <= ranges[k][1]]
+    assert not inside, f"shards handed out IDs of the seeds' client's ranges: {inside[:5]}"
+    assert max(everything) <= central_max_id(central, central_db)
+    (source,), = shards[0][0].sql("SELECT source FROM segment_status WHERE tag = 'orders'",
+                                  dbname=shards[0][1])
+    assert source == "central"
+
+
+def test_a_stopped_central_server_costs_the_cached_ids_then_an_08_error_then_nothing(make_cluster):
+    central, central_db, [(shard, db)] = central_and_shards(make_cluster, shards=1)
+    before = draw(shard, db, 5000)
+    # The worker keeps IDs cached ahead of the callers.
+    assert wait_for(lambda: shard.sql(
+        "SELECT ids_ahead + remaining_in_range FROM segment_status WHERE tag = 'orders'",
+        dbname=db)[0][0] > 0, timeout=30)
+    central.stop()
+    during, error = [], None
+    with shard.connect(db) as conn:
+        started = time.monotonic()
+        while error is None and time.monotonic() - started < 120:
+            try:
+                during += [r[0] for r in conn.execute(
+                    "SELECT segment_nextval('orders') FROM generate_series(1, 100)")]
+            except psycopg.Error as e:
+                error = e
+    assert during, "no cached ID was served while the central server was down"
+    assert error is not None, "callers never failed with the central server down"
+    assert error.sqlstate.startswith("08"), (error.sqlstate, str(error))
+    assert "central" in str(error), str(error)
+    (last_error,), = shard.sql("SELECT last_error FROM segment_status WHERE tag = 'orders'",
+                               dbname=db)
+    assert last_error and "central" in last_error
+    central.start()
+    after = []
+
+    def resumed():
+        try:
+            after.extend(draw(shard, db, 1000))
+            return True
+        except psycopg.Error:
+            return False
+
+    assert wait_for(resumed, timeout=60, interval=0.5), "the shard did not resume by itself"
+    after += draw(shard, db, 5000)
+    assert_unique(before + during + after)
+    assert max(after) <= central_max_id(central, central_db)
+
+
+def test_a_shard_crashing_with_its_refill_in_flight_on_the_central_server_leaves_only_a_gap(
+        make_cluster):
+    """The central server holds the shard's UPDATE (a trigger sleeps in it);
+    the shard is stopped -m immediate meanwhile."""
+    central, central_db, [(shard, db)] = central_and_shards(make_cluster, shards=1)
+    central.sql("CREATE TABLE hold (on_ boolean); "
+                "CREATE FUNCTION hold_refill() RETURNS trigger LANGUAGE plpgsql AS "
+                "$$BEGIN IF EXISTS (SELECT FROM public.hold) THEN PERFORM pg_catalog.pg_sleep(5); END IF; "
+                "RETURN NEW; END$$; "
+                "CREATE TRIGGER hold_refill BEFORE UPDATE ON id_segment FOR EACH ROW "
+                "EXECUTE FUNCTION hold_refill()", dbname=central_db)
+    before = draw(shard, db, 3000)
+    central.sql("INSERT INTO hold VALUES (true)", dbname=central_db)
+    drained = []
+    drawer = threading.Thread(target=_drain, args=(shard, db, drained))
+    drawer.start()
+    in_flight = lambda: central.sql(  # noqa: E731
+        "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep' "
+        "AND query LIKE 'UPDATE%id_segment%'", dbname=central_db)[0][0] > 0
+    assert wait_for(in_flight, timeout=30), "the shard's refill never reached the central server"
+    shard.stop("immediate")
+    drawer.join()
+    central.sql("DELETE FROM hold", dbname=central_db)
+    shard.start()
+    # The central backend of the dead shard holds the row until its sleep
+    # ends and it finds the connection gone: callers may wait that long.
+    after = []
+    assert wait_for(lambda: _drew(shard, db, after), timeout=60, interval=0.5)
+    assert_unique(before + drained + after)
+    assert min(after) > max(before + drained)
+    assert max(after) <= central_max_id(central, central_db)
+
+
+def _drew(cluster, db, into, n=3000):
+    try:
+        into.extend(draw(cluster, db, n))
+        return True
+    except psycopg.Error:
+        return False
+
+
+def _drain(shard, db, into):
+    """Draws until the server goes away."""
+    try:
+        with shard.connect(db) as conn:
+            while True:
+                into.extend(r[0] for r in conn.execute(
+                    "SELECT segment_nextval('orders') FROM generate_series(1, 100)"))
+    except psycopg.Error:
+        pass
+
+
+def test_a_shard_crashing_after_the_central_commit_before_publishing_leaves_only_a_gap(
+        make_cluster):
+    central, central_db, [(shard, db)] = central_and_shards(make_cluster, shards=1)
+    before, drained = draw(shard, db, 3000), []
+    drawer = threading.Thread(target=_drain, args=(shard, db, drained), daemon=True)
+    with paused(shard, "worker-before-publish", trigger=drawer.start):
+        committed = central_max_id(central, central_db)
+        shard.stop("immediate")
+    shard.start()
+    after = draw(shard, db, 3000)
+    assert_unique(before + drained + after)
+    assert min(after) > committed, "a range committed on the central server was served again"
+
+
+@pytest.mark.parametrize("fallback", ["on", "off"])
+def test_the_snowflake_fallback_is_opt_in(make_cluster, fallback):
+    central, central_db, [(shard, db)] = central_and_shards(
+        make_cluster, shards=1, conf=(*SHARD_CONF, f"pg_idgen.snowflake_fallback = {fallback}"))
+    own = draw(shard, db, 1000)
+    central.stop()
+    got, error = [], None
+    with shard.connect(db) as conn:
+        while error is None and len(got) < 200_000:
+            try:
+                got += [r[0] for r in conn.execute(
+                    "SELECT segment_nextval('orders') FROM generate_series(1, 1000)")]
+            except psycopg.Error as e:
+                error = e
+            if got and got[-1] > 1 << 40:
+                break
+    if fallback == "off":
+        assert error is not None and error.sqlstate.startswith("08"), error
+        return
+    assert error is None, error
+    fallbacks = [i for i in got if i > 1 << 40]
+    assert fallbacks, "no snowflake ID came back with the fallback on"
+    (count,), = shard.sql("SELECT fallback_ids FROM segment_status WHERE tag = 'orders'", dbname=db)
+    assert count >= len(fallbacks)
+    assert_unique(own + got)
+    warnings = re.findall(r"WARNING:.*handing out snowflake IDs instead", shard.log())
+    assert len(warnings) == 1, warnings
+
+
+def test_the_readme_sharding_example_gives_every_row_its_own_ids(make_cluster):
+    central = make_cluster()
+    central.start()
+    central_db = central.new_database(extension=False)
+    psql_file(central, central_db, os.path.join(EXAMPLES, "central.sql"))
+    shards = []
+    for i in (1, 2):
+        shard = make_cluster(conf=(f"cluster_name = 'shard{i}'", f"pg_idgen.machine_id = {i}"))
+        shard.start()
+        db = shard.new_database(extension=False)
+        psql_file(shard, db, os.path.join(EXAMPLES, "shard.sql"), central_host=central.dir,
+                  central_port="5432", central_db=central_db, central_user="postgres")
+        shards.append((shard, db))
+    coordinator = make_cluster(preload=False)
+    coordinator.start()
+    coord_db = coordinator.new_database(extension=False)
+    psql_file(coordinator, coord_db, os.path.join(EXAMPLES, "coordinator.sql"),
+              shard1_host=shards[0][0].dir, shard1_port="5432", shard1_db=shards[0][1],
+              shard2_host=shards[1][0].dir, shard2_port="5432", shard2_db=shards[1][1],
+              shard_user="postgres")
+
+    def insert(shard, db):
+        with shard.connect(db) as conn:
+            for _ in range(20):
+                conn.execute("INSERT INTO orders (item) SELECT 'x' FROM generate_series(1, 500)")
+
+    threads = [threading.Thread(target=insert, args=s) for s in shards for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    rows = coordinator.sql("SELECT id, event_id, shard FROM orders", dbname=coord_db)
+    assert len(rows) == 2 * 2 * 20 * 500
+    assert {r[2] for r in rows} == {"shard1", "shard2"}
+    assert_unique([r[0] for r in rows])
+    assert_unique([r[1] for r in rows])
+    (machines,), = coordinator.sql("SELECT count(DISTINCT event_id >> 12 & 1023) FROM orders",
+                                   dbname=coord_db)
+    assert machines == 2
