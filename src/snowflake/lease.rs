@@ -1,0 +1,1685 @@
+//! Machine-id leases: several servers take their snowflake machine ids from
+//! one table on a central PostgreSQL server (reached through
+//! `postgres_fdw`), so two live servers never hold the same id. This module
+//! owns the table's layout, the SQL of the protocol, and its pure rules:
+//! which id to claim, when to renew, when to stop issuing, the floor a
+//! successor starts above. Pure: no PostgreSQL, no clock — the caller
+//! passes monotonic and wall-clock readings in milliseconds, so tests drive
+//! it with fake clocks. Running the statements, and telling the generator
+//! what it may do, is the glue's business.
+//!
+//! # The table
+//!
+//! ```sql
+//! CREATE TABLE idgen_machine_lease (      -- on the central server
+//!     machine_id    int4 PRIMARY KEY,     -- one row per id, 0 ..= max (seeded)
+//!     holder        text,                 -- NULL: free (never held, or given up)
+//!     version       int8 NOT NULL,        -- +1 on every write: the CAS
+//!     lease_ms      int8 NOT NULL,        -- the holder's lease duration
+//!     floor_unix_ms int8,                 -- no ID with this id has a time above it
+//!     layout        text,                 -- epoch and bit widths of the last holder
+//!     lease_until   timestamptz           -- for people only: see below
+//! );
+//! ```
+//!
+//! No wall clock decides anything, and no statement calls `now()`:
+//!
+//! * `postgres_fdw` never sends a mutable function to the remote server. In
+//!   `UPDATE ... SET lease_until = now() + ...` or `WHERE lease_until <
+//!   now()` on a foreign table, `now()` is the *local* server's: every
+//!   server would judge expiry by its own clock, which is exactly the
+//!   window the lease must not have.
+//! * Even the central server's clock can step (NTP, an operator), and would
+//!   end every lease early at once.
+//!
+//! So a lease expires by *observation*: a row whose `version` a claimer has
+//! seen unchanged for the holder's `lease_ms`, on the claimer's own
+//! monotonic clock, is expired. Hence `lease_ms` in the row (a claimer waits
+//! the holder's duration, not its own), and no `updated_at` (it would be
+//! the writer's clock). `lease_until` is the holder's own wall-clock
+//! estimate of when it stops, written for people reading the table; no rule
+//! reads it. `layout` makes servers that disagree on the epoch or bit
+//! widths fail clearly instead of sharing machine ids whose IDs overlap.
+//!
+//! # The protocol
+//!
+//! Every write is a single-row version CAS (`WHERE machine_id = $1 AND
+//! version = $2`), as in `id_segment`: no advisory locks, no `ctid`, no
+//! `FOR UPDATE` in the statements, so they run unchanged on the central
+//! table or through a foreign table over it.
+//!
+//! 1. **Read** all rows (`read_sql`); `LeaseWatch::observe` notes, per row,
+//!    the monotonic instant its current version was first seen.
+//! 2. **Choose** (`LeaseWatch::choose`): the previous id if it is free, this
+//!    server's own, or expired; else a row this server holds (a restart);
+//!    else the lowest free or expired id; else wait.
+//! 3. **Claim** (`claim_sql`): CAS on the version read. 0 rows: someone
+//!    else won — read again. The claimer starts above the row's
+//!    `floor_unix_ms` as read (the CAS proves the row did not change since).
+//! 4. **Renew** (`renew_sql`) from a third of the duration on, while the
+//!    lease is held: CAS on the version of the last write, and the holder.
+//!    0 rows: the lease is lost — stop at once, and claim again.
+//! 5. **Give up** (`give_up_sql`) at a clean shutdown, after the generator
+//!    has stopped: the row becomes free, its floor the exact last time
+//!    issued, so a restart (or anyone) takes it at once without waiting.
+//!
+//! A reply is used only if it arrived before the deadline it grants
+//! (`reply_in_time`); a late one still updates the version, so the next
+//! renewal's CAS can succeed.
+//!
+//! # Why the holder has stopped before anyone takes over
+//!
+//! The holder reads its monotonic clock *before sending* a claim or
+//! renewal (`s`), and issues no ID from `s + lease_ms - margin` on. The
+//! write commits after it was sent; a claimer's read that shows the new
+//! version took its snapshot after that commit, and the claimer notes the
+//! instant *after the read returned* (`r`), so `s < r` in real time
+//! whatever the network delays: they only push `s` earlier or `r` later.
+//! The claimer claims no sooner than `r + lease_ms` on its clock, and its
+//! CAS succeeds only if the holder wrote nothing since. So the holder's
+//! last ID comes before the takeover if `(D - m) / (1 - ρ) <= D / (1 + ρ)`
+//! for monotonic clocks whose rates are off by at most `ρ`, i.e.
+//! `m >= 2ρD/(1 + ρ)`: with `ρ = MAX_CLOCK_RATE_ERROR_PPM`, the smallest
+//! margin `LeaseSettings::new` accepts. No wall clock appears in the
+//! argument.
+//!
+//! # Why a successor's IDs are above every ID of the previous holder
+//!
+//! Each claim and renewal records a *ceiling*, `floor_unix_ms =
+//! GREATEST(floor_unix_ms, c)` with `c` the holder's wall clock when it sent
+//! the request plus `lease_ms - margin` plus its `max_lead`: the latest
+//! time it could give an ID before its deadline with a clock that runs
+//! true. The holder issues no ID whose time is above the ceiling its last
+//! successful write returned (the glue caps the generator's persisted limit
+//! at it), so a clock stepping forward makes it wait, never overshoot. A
+//! claimer's CAS succeeds only on the version it read, so the floor it read
+//! covers every ceiling any earlier holder used, and it issues only times
+//! above it (`successor_floor_unix_ms`). This holds with any wall clocks,
+//! and even when two live servers wrongly share a holder name (each claim
+//! starts above the other's ceiling; they only take the row from each
+//! other). The floor is a Unix time; the `layout` check makes all servers
+//! sharing the table use one epoch and one set of bit widths, without
+//! which one machine id could give the same ID at two different times.
+//!
+//! The price: a successor whose clock is behind the old holder's, or a
+//! server restarting after a crash (its row's floor is its last ceiling, up
+//! to `lease_ms - margin + max_lead` ahead of the clock), issues nothing
+//! until its clock is within its `max_lead` of the floor. A clean shutdown
+//! gives the row up with the exact floor and costs nothing.
+//!
+//! # What the glue must do
+//!
+//! * Read the monotonic clock (and the wall clock, for the ceiling) before
+//!   the *first* remote statement of a claim's or renewal's transaction,
+//!   and the monotonic clock again after its COMMIT returns: through
+//!   `postgres_fdw` the remote transaction commits with the local one, and
+//!   `RETURNING` arrives before that.
+//! * Through `postgres_fdw` each UPDATE runs as a remote `SELECT ... FOR
+//!   UPDATE` and an `UPDATE ... WHERE ctid`, in a REPEATABLE READ remote
+//!   transaction: a CAS that loses to a concurrent writer fails with
+//!   SQLSTATE 40001 (could not serialize access) instead of returning no
+//!   row. Both mean "lost": read again (claim), or the lease is lost
+//!   (renew). Tested against PostgreSQL 15, as are the statements.
+//! * Give the generator `Held`: no ID from `stop_at_mono_ms` on, or once a
+//!   renewal finds the lease lost; no time above `ceiling_unix_ms` (cap the
+//!   persisted limit at it); only times above `floor_unix_ms`.
+//! * Give up only after the generator has stopped for good.
+//! * Seed the rows `0 ..= max machine id` before the first claim.
+//! * Name each server (`holder`) uniquely among live servers, and the same
+//!   across its restarts (so it finds its row again).
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// The table's name on the central server.
+pub const TABLE_NAME: &str = "idgen_machine_lease";
+
+/// The table, to be created on the central server (then seeded with
+/// `seed_sql`, there or through the foreign table).
+pub const CENTRAL_TABLE_DDL: &str = "CREATE TABLE idgen_machine_lease (
+    machine_id    int4 PRIMARY KEY CHECK (machine_id >= 0),
+    holder        text,
+    version       int8 NOT NULL DEFAULT 0,
+    lease_ms      int8 NOT NULL DEFAULT 0,
+    floor_unix_ms int8,
+    layout        text,
+    lease_until   timestamptz
+)";
+
+/// The columns of the foreign table each server declares over it
+/// (`CREATE FOREIGN TABLE ... (<these>) SERVER ... OPTIONS (table_name
+/// 'idgen_machine_lease')`).
+pub const FOREIGN_TABLE_COLUMNS: &str = "machine_id int4 NOT NULL, holder text, \
+    version int8 NOT NULL, lease_ms int8 NOT NULL, floor_unix_ms int8, layout text, \
+    lease_until timestamptz";
+
+/// Creates the rows `0 ..= $1` (int4) that do not exist yet.
+pub fn seed_sql(table: &str) -> String {
+    format!(
+        "INSERT INTO {table} (machine_id, version, lease_ms) \
+         SELECT g, 0, 0 FROM pg_catalog.generate_series(0, $1) AS g ON CONFLICT DO NOTHING"
+    )
+}
+
+/// Reads the rows `0 ..= $1` (int4), in the column order of `LeaseRow`.
+pub fn read_sql(table: &str) -> String {
+    format!(
+        "SELECT machine_id, holder, version, lease_ms, floor_unix_ms, layout FROM {table} \
+          WHERE machine_id OPERATOR(pg_catalog.<=) $1 ORDER BY machine_id"
+    )
+}
+
+/// Claims a row: `$1` machine id (int4), `$2` the version read (int8), `$3`
+/// holder (text), `$4` lease_ms (int8), `$5` ceiling (int8, Unix ms), `$6`
+/// lease_until for people (int8, Unix ms), `$7` layout (text). Returns the
+/// new version and the ceiling recorded; no row: someone else won.
+pub fn claim_sql(table: &str) -> String {
+    format!(
+        "UPDATE {table} SET holder = $3, version = version OPERATOR(pg_catalog.+) 1, \
+                lease_ms = $4, floor_unix_ms = GREATEST(floor_unix_ms, $5), \
+                lease_until = {LEASE_UNTIL_PARAM}, layout = $7 \
+          WHERE machine_id OPERATOR(pg_catalog.=) $1 AND version OPERATOR(pg_catalog.=) $2 \
+      RETURNING version, floor_unix_ms"
+    )
+}
+
+/// Renews a lease: `$1` .. `$6` as in `claim_sql` (`$2` the version of this
+/// holder's last write). Returns the new version and the ceiling recorded;
+/// no row: the lease is lost.
+pub fn renew_sql(table: &str) -> String {
+    format!(
+        "UPDATE {table} SET version = version OPERATOR(pg_catalog.+) 1, lease_ms = $4, \
+                floor_unix_ms = GREATEST(floor_unix_ms, $5), lease_until = {LEASE_UNTIL_PARAM} \
+          WHERE machine_id OPERATOR(pg_catalog.=) $1 AND version OPERATOR(pg_catalog.=) $2 \
+            AND holder OPERATOR(pg_catalog.=) $3 \
+      RETURNING version, floor_unix_ms"
+    )
+}
+
+/// Gives a lease up: `$1` .. `$3` as in `renew_sql`, `$4` the floor to leave
+/// (int8, Unix ms, or NULL; `Held::give_up_floor_unix_ms`). Run it only
+/// after the generator has stopped for good. Returns the new version; no
+/// row: the lease was lost already, and the row keeps its higher floor.
+pub fn give_up_sql(table: &str) -> String {
+    format!(
+        "UPDATE {table} SET holder = NULL, version = version OPERATOR(pg_catalog.+) 1, \
+                floor_unix_ms = $4, lease_until = NULL \
+          WHERE machine_id OPERATOR(pg_catalog.=) $1 AND version OPERATOR(pg_catalog.=) $2 \
+            AND holder OPERATOR(pg_catalog.=) $3 \
+      RETURNING version"
+    )
+}
+
+/// `lease_until` from `$6`, Unix ms. `to_timestamp(float8)` is immutable,
+/// so through `postgres_fdw` it means the same on either side.
+const LEASE_UNTIL_PARAM: &str =
+    "pg_catalog.to_timestamp($6::pg_catalog.float8 OPERATOR(pg_catalog./) 1000::pg_catalog.float8)";
+
+/// The default lease duration.
+pub const DEFAULT_DURATION_MS: i64 = 20_000;
+/// The default safety margin: the holder stops this long before a claimer
+/// may take over.
+pub const DEFAULT_MARGIN_MS: i64 = 1_000;
+/// Shorter leases would renew too often for a round trip to a central
+/// server.
+pub const MIN_DURATION_MS: i64 = 1_000;
+/// Longer leases would keep a dead server's id (and its successors' floor)
+/// unusable for too long.
+pub const MAX_DURATION_MS: i64 = 600_000;
+/// The smallest margin, whatever the duration: covers a coarse monotonic
+/// clock and a check just before a (lock-free, instant) issue.
+pub const MIN_MARGIN_MS: i64 = 100;
+/// How far any monotonic clock's rate may be off real time, in parts per
+/// million: NTP slews `CLOCK_MONOTONIC` by at most 500 ppm, crystals are
+/// off by well under 100 ppm.
+pub const MAX_CLOCK_RATE_ERROR_PPM: i64 = 1_000;
+/// `pg_idgen.snowflake_max_lead`'s upper bound (24 days).
+pub const MAX_LEAD_LIMIT_MS: i64 = 24 * 86_400_000;
+/// A holder renews once `1 / RENEW_DIVISOR` of its duration has passed
+/// since it sent its last claim or renewal: two more tries fit before its
+/// deadline.
+pub const RENEW_DIVISOR: i64 = 3;
+
+/// Why a setting, a row or a choice is refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaseError {
+    BadDuration {
+        duration_ms: i64,
+    },
+    BadMargin {
+        margin_ms: i64,
+        min_ms: i64,
+        max_ms: i64,
+    },
+    BadMaxLead {
+        max_lead_ms: i64,
+    },
+    BadHolder {
+        holder: String,
+    },
+    /// The table has no row for any id `0 ..= max_machine_id`: not seeded.
+    NoRows {
+        max_machine_id: i32,
+    },
+    /// Every id is held by a server seen renewing its lease. The claimer
+    /// keeps watching: read the table again at `retry_at_mono_ms`, when
+    /// the first of them could expire.
+    AllHeld {
+        count: usize,
+        max_machine_id: i32,
+        retry_at_mono_ms: i64,
+    },
+    /// A row was last held under another epoch or bit widths.
+    LayoutMismatch {
+        machine_id: i32,
+        holder: Option<String>,
+        theirs: String,
+        ours: String,
+    },
+}
+
+impl fmt::Display for LeaseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LeaseError::BadDuration { duration_ms } => write!(
+                f,
+                "the lease duration must be between {MIN_DURATION_MS} and {MAX_DURATION_MS} ms, not {duration_ms}"
+            ),
+            LeaseError::BadMargin {
+                margin_ms,
+                min_ms,
+                max_ms,
+            } => write!(
+                f,
+                "the lease margin must be between {min_ms} and {max_ms} ms for this duration \
+                 (at least {MIN_MARGIN_MS} ms and {}/1000 of it for clock rates {MAX_CLOCK_RATE_ERROR_PPM} ppm off, \
+                 at most half of it), not {margin_ms}",
+                2 * MAX_CLOCK_RATE_ERROR_PPM / 1000
+            ),
+            LeaseError::BadMaxLead { max_lead_ms } => write!(
+                f,
+                "the maximum lead must be between 0 and {MAX_LEAD_LIMIT_MS} ms, not {max_lead_ms}"
+            ),
+            LeaseError::BadHolder { holder } => write!(
+                f,
+                "the lease holder name {holder:?} must be 1 to 200 characters with no control characters"
+            ),
+            LeaseError::NoRows { max_machine_id } => write!(
+                f,
+                "the machine id lease table has no row for ids 0 to {max_machine_id}: seed it first"
+            ),
+            LeaseError::AllHeld {
+                count,
+                max_machine_id,
+                ..
+            } => write!(
+                f,
+                "all {count} machine ids (0 to {max_machine_id}) are leased by servers that keep renewing"
+            ),
+            LeaseError::LayoutMismatch {
+                machine_id,
+                holder,
+                theirs,
+                ours,
+            } => write!(
+                f,
+                "machine id {machine_id} was leased{} under the layout \"{theirs}\", this server uses \"{ours}\": \
+                 every server sharing the lease table needs the same epoch and bit widths",
+                holder
+                    .as_ref()
+                    .map_or(String::new(), |h| format!(" by {h:?}"))
+            ),
+        }
+    }
+}
+
+impl std::error::Error for LeaseError {}
+
+/// A lease holder's name: the server's identity in the table. It must be
+/// unique among live servers for the *timing* promise (the IDs stay unique
+/// regardless, see the header); printable, 1 to 200 characters.
+pub fn check_holder(holder: &str) -> Result<(), LeaseError> {
+    let chars = holder.chars().count();
+    if (1..=200).contains(&chars) && !holder.chars().any(char::is_control) {
+        Ok(())
+    } else {
+        Err(LeaseError::BadHolder {
+            holder: holder.to_string(),
+        })
+    }
+}
+
+/// The settings of this server's leases, checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseSettings {
+    /// How long a lease lasts, from the moment its claim or renewal was
+    /// sent.
+    pub duration_ms: i64,
+    /// How long before that the holder stops issuing.
+    pub margin_ms: i64,
+    /// How far the generator's time may run ahead of the wall clock
+    /// (`pg_idgen.snowflake_max_lead`).
+    pub max_lead_ms: i64,
+}
+
+impl LeaseSettings {
+    pub fn new(
+        duration_ms: i64,
+        margin_ms: i64,
+        max_lead_ms: i64,
+    ) -> Result<LeaseSettings, LeaseError> {
+        if !(MIN_DURATION_MS..=MAX_DURATION_MS).contains(&duration_ms) {
+            return Err(LeaseError::BadDuration { duration_ms });
+        }
+        let (min_ms, max_ms) = (Self::min_margin_ms(duration_ms), duration_ms / 2);
+        if !(min_ms..=max_ms).contains(&margin_ms) {
+            return Err(LeaseError::BadMargin {
+                margin_ms,
+                min_ms,
+                max_ms,
+            });
+        }
+        if !(0..=MAX_LEAD_LIMIT_MS).contains(&max_lead_ms) {
+            return Err(LeaseError::BadMaxLead { max_lead_ms });
+        }
+        Ok(LeaseSettings {
+            duration_ms,
+            margin_ms,
+            max_lead_ms,
+        })
+    }
+
+    /// The smallest margin for a duration: `2ρD` rounded up (see the
+    /// header), at least `MIN_MARGIN_MS`.
+    pub fn min_margin_ms(duration_ms: i64) -> i64 {
+        let drift = (duration_ms.max(0) * 2 * MAX_CLOCK_RATE_ERROR_PPM + 999_999) / 1_000_000;
+        drift.max(MIN_MARGIN_MS)
+    }
+
+    /// How long after sending a claim or renewal the holder may issue IDs.
+    pub fn usable_ms(&self) -> i64 {
+        self.duration_ms - self.margin_ms
+    }
+
+    /// How long after sending a claim or renewal the holder renews.
+    pub fn renew_after_ms(&self) -> i64 {
+        self.duration_ms / RENEW_DIVISOR
+    }
+
+    /// The ceiling a claim or renewal sent at wall time `sent_unix_ms`
+    /// records: no ID of the holder will have a later time.
+    pub fn ceiling_unix_ms(&self, sent_unix_ms: i64) -> i64 {
+        sent_unix_ms
+            .saturating_add(self.usable_ms())
+            .saturating_add(self.max_lead_ms)
+    }
+
+    /// `lease_until` for people: when the holder stops, by its wall clock.
+    pub fn stops_by_unix_ms(&self, sent_unix_ms: i64) -> i64 {
+        sent_unix_ms.saturating_add(self.usable_ms())
+    }
+}
+
+/// Whether a reply to a claim or renewal sent at `sent_mono_ms` and
+/// received at `received_mono_ms` (monotonic) grants any time at all: it
+/// must come before the deadline it grants.
+pub fn reply_in_time(settings: &LeaseSettings, sent_mono_ms: i64, received_mono_ms: i64) -> bool {
+    received_mono_ms < sent_mono_ms.saturating_add(settings.usable_ms())
+}
+
+/// The floor a server starts above after a claim, in Unix ms: the row's
+/// floor (every earlier holder's ceiling) and its own start's floor (the
+/// state file's high-water time), whichever is higher; `None`: neither.
+pub fn successor_floor_unix_ms(
+    row_floor_unix_ms: Option<i64>,
+    startup_floor_unix_ms: Option<i64>,
+) -> Option<i64> {
+    row_floor_unix_ms.max(startup_floor_unix_ms)
+}
+
+/// One row of the table, as `read_sql` returns it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseRow {
+    pub machine_id: i32,
+    pub holder: Option<String>,
+    pub version: i64,
+    pub lease_ms: i64,
+    pub floor_unix_ms: Option<i64>,
+    pub layout: Option<String>,
+}
+
+/// What a successful claim or renewal returned, with the monotonic
+/// instants taken just before sending it and just after its reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Written {
+    pub sent_mono_ms: i64,
+    pub received_mono_ms: i64,
+    /// `RETURNING version`.
+    pub version: i64,
+    /// `RETURNING floor_unix_ms`: the ceiling now recorded.
+    pub ceiling_unix_ms: i64,
+}
+
+/// A lease this server holds: all the generator needs to know.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Held {
+    pub machine_id: i32,
+    /// The row's version after this holder's last successful write.
+    pub version: i64,
+    /// Issue only IDs with a time above this (Unix ms; `None`: no floor).
+    pub floor_unix_ms: Option<i64>,
+    /// Issue no ID with a time above this (Unix ms).
+    pub ceiling_unix_ms: i64,
+    /// Issue no ID from this monotonic instant on.
+    pub stop_at_mono_ms: i64,
+    /// Renew from this monotonic instant on (and keep trying until it
+    /// succeeds or the lease is lost).
+    pub renew_at_mono_ms: i64,
+}
+
+impl Held {
+    /// The lease a successful claim (`claim_sql` returned a row) gives.
+    /// `startup_floor_unix_ms` is this server's own floor from its state
+    /// file. A reply that came too late gives no time: renew at once.
+    pub fn claimed(
+        settings: &LeaseSettings,
+        claim: &Claim,
+        startup_floor_unix_ms: Option<i64>,
+        written: &Written,
+    ) -> Held {
+        let (stop_at, renew_at) =
+            grant(settings, written).unwrap_or((written.sent_mono_ms, written.received_mono_ms));
+        Held {
+            machine_id: claim.machine_id,
+            version: written.version,
+            floor_unix_ms: successor_floor_unix_ms(claim.floor_unix_ms, startup_floor_unix_ms),
+            ceiling_unix_ms: written.ceiling_unix_ms,
+            stop_at_mono_ms: stop_at,
+            renew_at_mono_ms: renew_at,
+        }
+    }
+
+    /// The lease after a successful renewal (`renew_sql` returned a row).
+    /// The version and ceiling are taken even from a late reply; the
+    /// deadline moves only with one in time.
+    pub fn renewed(&self, settings: &LeaseSettings, written: &Written) -> Held {
+        let (stop_at, renew_at) = match grant(settings, written) {
+            Some((stop_at, renew_at)) => (stop_at.max(self.stop_at_mono_ms), renew_at),
+            None => (self.stop_at_mono_ms, written.received_mono_ms),
+        };
+        Held {
+            version: written.version,
+            ceiling_unix_ms: self.ceiling_unix_ms.max(written.ceiling_unix_ms),
+            stop_at_mono_ms: stop_at,
+            renew_at_mono_ms: renew_at,
+            ..self.clone()
+        }
+    }
+
+    /// Whether IDs may be issued at monotonic instant `now_mono_ms`.
+    pub fn may_issue(&self, now_mono_ms: i64) -> bool {
+        now_mono_ms < self.stop_at_mono_ms
+    }
+
+    /// Whether a renewal is due at `now_mono_ms`.
+    pub fn renew_due(&self, now_mono_ms: i64) -> bool {
+        now_mono_ms >= self.renew_at_mono_ms
+    }
+
+    /// The floor to leave in the row when giving the lease up, given the
+    /// time of the last ID issued under it (`None`: none): exactly what
+    /// was issued, and never below the floor this holder started above.
+    pub fn give_up_floor_unix_ms(&self, last_issued_unix_ms: Option<i64>) -> Option<i64> {
+        self.floor_unix_ms.max(last_issued_unix_ms)
+    }
+}
+
+/// `(stop_at, renew_at)` a write grants, if its reply came in time.
+fn grant(settings: &LeaseSettings, written: &Written) -> Option<(i64, i64)> {
+    reply_in_time(settings, written.sent_mono_ms, written.received_mono_ms).then(|| {
+        (
+            written.sent_mono_ms.saturating_add(settings.usable_ms()),
+            written
+                .sent_mono_ms
+                .saturating_add(settings.renew_after_ms()),
+        )
+    })
+}
+
+/// Who is claiming: this server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Claimant<'a> {
+    pub holder: &'a str,
+    /// The id this server held last, if it remembers one.
+    pub previous_machine_id: Option<i32>,
+    /// Its epoch and bit widths, as text (compared as a whole).
+    pub layout: &'a str,
+    /// The largest machine id of its layout.
+    pub max_machine_id: i32,
+}
+
+/// Why a row may be claimed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClaimReason {
+    /// Never held, or given up.
+    Free,
+    /// Held under this server's name: a restart.
+    Own,
+    /// Its version has not changed for the holder's `lease_ms`.
+    Expired,
+}
+
+/// A row to claim with `claim_sql`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Claim {
+    pub machine_id: i32,
+    /// The version read: the CAS.
+    pub version: i64,
+    /// The row's floor as read.
+    pub floor_unix_ms: Option<i64>,
+    pub reason: ClaimReason,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClaimChoice {
+    Take(Claim),
+    /// Nothing to claim yet; a held row may expire at this monotonic
+    /// instant (read the table again then).
+    WaitUntil {
+        mono_ms: i64,
+    },
+}
+
+/// What a claimer has seen of the table: per row, since when its current
+/// version is known. A row is expired once that is the row's `lease_ms`
+/// ago.
+#[derive(Debug, Clone, Default)]
+pub struct LeaseWatch {
+    rows: BTreeMap<i32, Watched>,
+}
+
+#[derive(Debug, Clone)]
+struct Watched {
+    row: LeaseRow,
+    /// When the current version was first seen (a read that returned it).
+    since_mono_ms: i64,
+    /// When the row was first seen at all.
+    watched_from_mono_ms: i64,
+}
+
+enum RowState {
+    Claimable(ClaimReason),
+    Held {
+        expires_at_mono_ms: i64,
+        seen_renewing: bool,
+    },
+}
+
+impl LeaseWatch {
+    pub fn new() -> LeaseWatch {
+        LeaseWatch::default()
+    }
+
+    /// Records a read of the table; `returned_mono_ms` is the monotonic
+    /// instant taken *after* the read returned. Rows not in `rows` are
+    /// forgotten.
+    pub fn observe(&mut self, rows: Vec<LeaseRow>, returned_mono_ms: i64) {
+        let mut previous = std::mem::take(&mut self.rows);
+        for row in rows {
+            let known = previous.remove(&row.machine_id);
+            let watched_from = known
+                .as_ref()
+                .map_or(returned_mono_ms, |k| k.watched_from_mono_ms);
+            let since = match known {
+                Some(k) if k.row.version == row.version => k.since_mono_ms,
+                _ => returned_mono_ms,
+            };
+            self.rows.insert(
+                row.machine_id,
+                Watched {
+                    row,
+                    since_mono_ms: since,
+                    watched_from_mono_ms: watched_from,
+                },
+            );
+        }
+    }
+
+    fn state(&self, watched: &Watched, me: &Claimant, now_mono_ms: i64) -> RowState {
+        match &watched.row.holder {
+            None => RowState::Claimable(ClaimReason::Free),
+            Some(holder) if holder == me.holder => RowState::Claimable(ClaimReason::Own),
+            Some(_) => {
+                // A duration no holder could have set is garbage: wait the
+                // longest one instead of trusting it.
+                let lease_ms = Some(watched.row.lease_ms)
+                    .filter(|ms| (MIN_DURATION_MS..=MAX_DURATION_MS).contains(ms))
+                    .unwrap_or(MAX_DURATION_MS);
+                let expires_at = watched.since_mono_ms.saturating_add(lease_ms);
+                if now_mono_ms >= expires_at {
+                    RowState::Claimable(ClaimReason::Expired)
+                } else {
+                    RowState::Held {
+                        expires_at_mono_ms: expires_at,
+                        seen_renewing: watched.since_mono_ms > watched.watched_from_mono_ms,
+                    }
+                }
+            }
+        }
+    }
+
+    /// Which row to claim at `now_mono_ms`: the previous id if claimable;
+    /// else the lowest row held under this server's name; else the lowest
+    /// free or expired one; else wait for the earliest a held row can
+    /// expire. Refuses a table with no rows, one where every row is held
+    /// by a server seen renewing, and rows of another layout.
+    pub fn choose(&self, me: &Claimant, now_mono_ms: i64) -> Result<ClaimChoice, LeaseError> {
+        let in_range = || {
+            self.rows
+                .range(0..=me.max_machine_id)
+                .map(|(_, watched)| watched)
+        };
+        if in_range().next().is_none() {
+            return Err(LeaseError::NoRows {
+                max_machine_id: me.max_machine_id,
+            });
+        }
+        if let Some(other) =
+            in_range().find(|w| w.row.layout.as_deref().is_some_and(|l| l != me.layout))
+        {
+            return Err(LeaseError::LayoutMismatch {
+                machine_id: other.row.machine_id,
+                holder: other.row.holder.clone(),
+                theirs: other.row.layout.clone().unwrap_or_default(),
+                ours: me.layout.to_string(),
+            });
+        }
+        let take = |watched: &Watched, reason| {
+            Ok(ClaimChoice::Take(Claim {
+                machine_id: watched.row.machine_id,
+                version: watched.row.version,
+                floor_unix_ms: watched.row.floor_unix_ms,
+                reason,
+            }))
+        };
+        if let Some(previous) = me
+            .previous_machine_id
+            .filter(|id| (0..=me.max_machine_id).contains(id))
+            .and_then(|id| self.rows.get(&id))
+        {
+            if let RowState::Claimable(reason) = self.state(previous, me, now_mono_ms) {
+                return take(previous, reason);
+            }
+        }
+        if let Some(own) = in_range().find(|w| w.row.holder.as_deref() == Some(me.holder)) {
+            return take(own, ClaimReason::Own);
+        }
+        // Nothing claimable: every row in range (there is one) is held.
+        let mut earliest = i64::MAX;
+        let mut all_seen_renewing = true;
+        for watched in in_range() {
+            match self.state(watched, me, now_mono_ms) {
+                RowState::Claimable(reason) => return take(watched, reason),
+                RowState::Held {
+                    expires_at_mono_ms,
+                    seen_renewing,
+                } => {
+                    earliest = earliest.min(expires_at_mono_ms);
+                    all_seen_renewing &= seen_renewing;
+                }
+            }
+        }
+        if all_seen_renewing {
+            return Err(LeaseError::AllHeld {
+                count: in_range().count(),
+                max_machine_id: me.max_machine_id,
+                retry_at_mono_ms: earliest,
+            });
+        }
+        Ok(ClaimChoice::WaitUntil { mono_ms: earliest })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LAYOUT: &str = "epoch_ms 1735689600000 layout 41 10 12";
+    /// A wall clock around mid-2027, in Unix ms.
+    const WALL: i64 = 1_800_000_000_000;
+
+    fn settings() -> LeaseSettings {
+        LeaseSettings::new(DEFAULT_DURATION_MS, DEFAULT_MARGIN_MS, 5_000).unwrap()
+    }
+
+    fn me<'a>(holder: &'a str, previous: Option<i32>, max_machine_id: i32) -> Claimant<'a> {
+        Claimant {
+            holder,
+            previous_machine_id: previous,
+            layout: LAYOUT,
+            max_machine_id,
+        }
+    }
+
+    /// The central table, with the semantics of the statements above.
+    #[derive(Debug, Clone, Default)]
+    struct Central {
+        rows: BTreeMap<i32, LeaseRow>,
+    }
+
+    impl Central {
+        /// `seed_sql` with `$1 = max`.
+        fn seeded(max: i32) -> Central {
+            let rows = (0..=max)
+                .map(|machine_id| {
+                    let row = LeaseRow {
+                        machine_id,
+                        holder: None,
+                        version: 0,
+                        lease_ms: 0,
+                        floor_unix_ms: None,
+                        layout: None,
+                    };
+                    (machine_id, row)
+                })
+                .collect();
+            Central { rows }
+        }
+
+        /// `read_sql`.
+        fn read(&self, max: i32) -> Vec<LeaseRow> {
+            self.rows.range(..=max).map(|(_, r)| r.clone()).collect()
+        }
+
+        /// `claim_sql`: `(version, floor_unix_ms)` returned, if a row was
+        /// updated.
+        fn claim(
+            &mut self,
+            claim: &Claim,
+            holder: &str,
+            lease_ms: i64,
+            ceiling: i64,
+        ) -> Option<(i64, i64)> {
+            let row = self.rows.get_mut(&claim.machine_id)?;
+            if row.version != claim.version {
+                return None;
+            }
+            row.holder = Some(holder.to_string());
+            row.version += 1;
+            row.lease_ms = lease_ms;
+            row.floor_unix_ms = row.floor_unix_ms.max(Some(ceiling));
+            row.layout = Some(LAYOUT.to_string());
+            Some((row.version, row.floor_unix_ms.unwrap()))
+        }
+
+        /// `renew_sql`.
+        fn renew(
+            &mut self,
+            machine_id: i32,
+            version: i64,
+            holder: &str,
+            lease_ms: i64,
+            ceiling: i64,
+        ) -> Option<(i64, i64)> {
+            let row = self.rows.get_mut(&machine_id)?;
+            if row.version != version || row.holder.as_deref() != Some(holder) {
+                return None;
+            }
+            row.version += 1;
+            row.lease_ms = lease_ms;
+            row.floor_unix_ms = row.floor_unix_ms.max(Some(ceiling));
+            Some((row.version, row.floor_unix_ms.unwrap()))
+        }
+
+        /// `give_up_sql`.
+        fn give_up(
+            &mut self,
+            machine_id: i32,
+            version: i64,
+            holder: &str,
+            floor: Option<i64>,
+        ) -> Option<i64> {
+            let row = self.rows.get_mut(&machine_id)?;
+            if row.version != version || row.holder.as_deref() != Some(holder) {
+                return None;
+            }
+            row.holder = None;
+            row.version += 1;
+            row.floor_unix_ms = floor;
+            Some(row.version)
+        }
+    }
+
+    /// Claims `claim` for `holder`, sent at `sent` (mono and wall, equal
+    /// here) with the reply `rtt` later.
+    fn take(
+        central: &mut Central,
+        s: &LeaseSettings,
+        claim: &Claim,
+        holder: &str,
+        sent: i64,
+        rtt: i64,
+    ) -> Option<Held> {
+        let (version, ceiling) =
+            central.claim(claim, holder, s.duration_ms, s.ceiling_unix_ms(WALL + sent))?;
+        let written = Written {
+            sent_mono_ms: sent,
+            received_mono_ms: sent + rtt,
+            version,
+            ceiling_unix_ms: ceiling,
+        };
+        Some(Held::claimed(s, claim, None, &written))
+    }
+
+    fn chosen(watch: &LeaseWatch, me: &Claimant, now: i64) -> Claim {
+        match watch.choose(me, now) {
+            Ok(ClaimChoice::Take(claim)) => claim,
+            other => panic!("expected a claim, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn settings_are_checked_and_the_errors_say_what_is_allowed() {
+        for duration in [
+            0,
+            -1,
+            -20_000,
+            MIN_DURATION_MS - 1,
+            MAX_DURATION_MS + 1,
+            i64::MIN,
+        ] {
+            let err = LeaseSettings::new(duration, 100, 0).unwrap_err();
+            assert_eq!(
+                err,
+                LeaseError::BadDuration {
+                    duration_ms: duration
+                }
+            );
+            assert!(
+                err.to_string().contains("between 1000 and 600000 ms"),
+                "{err}"
+            );
+        }
+        // The margin: at least MIN_MARGIN_MS and 2ρD, below the duration
+        // (at most half of it, so renewals have time to retry).
+        assert_eq!(LeaseSettings::min_margin_ms(20_000), MIN_MARGIN_MS);
+        assert_eq!(LeaseSettings::min_margin_ms(MAX_DURATION_MS), 1_200);
+        assert_eq!(LeaseSettings::min_margin_ms(100_001), 201);
+        for (duration, margin) in [
+            (20_000, 0),
+            (20_000, -5),
+            (20_000, 99),
+            (20_000, 10_001),
+            (20_000, 20_000),
+            (20_000, 30_000),
+            (MAX_DURATION_MS, 1_199),
+        ] {
+            let err = LeaseSettings::new(duration, margin, 0).unwrap_err();
+            assert!(matches!(err, LeaseError::BadMargin { margin_ms, .. } if margin_ms == margin));
+            assert!(err.to_string().contains("lease margin"), "{err}");
+        }
+        let err = LeaseSettings::new(20_000, 20_000, 0).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "the lease margin must be between 100 and 10000 ms for this duration (at least 100 ms \
+             and 2/1000 of it for clock rates 1000 ppm off, at most half of it), not 20000"
+        );
+        for lead in [-1, MAX_LEAD_LIMIT_MS + 1] {
+            assert_eq!(
+                LeaseSettings::new(20_000, 1_000, lead),
+                Err(LeaseError::BadMaxLead { max_lead_ms: lead })
+            );
+        }
+        let s = LeaseSettings::new(MAX_DURATION_MS, 1_200, MAX_LEAD_LIMIT_MS).unwrap();
+        assert_eq!(s.ceiling_unix_ms(i64::MAX - 5), i64::MAX, "saturates");
+        let s = settings();
+        assert_eq!(s.usable_ms(), 19_000);
+        assert_eq!(s.renew_after_ms(), 6_666);
+        assert_eq!(s.ceiling_unix_ms(WALL), WALL + 19_000 + 5_000);
+        assert_eq!(s.stops_by_unix_ms(WALL), WALL + 19_000);
+    }
+
+    #[test]
+    fn holder_names_are_printable_and_bounded() {
+        assert!(check_holder("pg-3.orders:5432").is_ok());
+        assert!(check_holder(&"é".repeat(200)).is_ok());
+        for bad in ["", "a\nb", "tab\there", &"x".repeat(201)] {
+            let err = check_holder(bad).unwrap_err();
+            assert!(err.to_string().contains("1 to 200 characters"), "{err}");
+        }
+    }
+
+    #[test]
+    fn three_contenders_claim_distinct_ids_in_every_order() {
+        let s = settings();
+        let names = ["a", "b", "c"];
+        let orders = [
+            [0, 1, 2],
+            [0, 2, 1],
+            [1, 0, 2],
+            [1, 2, 0],
+            [2, 0, 1],
+            [2, 1, 0],
+        ];
+        for order in orders {
+            let mut central = Central::seeded(5);
+            // All three read the same table before anyone writes: all pick
+            // id 0, one wins each round, the others read again.
+            let mut watches: Vec<LeaseWatch> = (0..3).map(|_| LeaseWatch::new()).collect();
+            for watch in &mut watches {
+                watch.observe(central.read(5), 0);
+            }
+            let mut held: [Option<Held>; 3] = Default::default();
+            let mut rounds = 0;
+            while held.iter().any(Option::is_none) {
+                rounds += 1;
+                assert!(rounds <= 3, "no progress");
+                for &i in &order {
+                    if held[i].is_some() {
+                        continue;
+                    }
+                    let claim = chosen(&watches[i], &me(names[i], None, 5), 10);
+                    assert_eq!(claim.reason, ClaimReason::Free);
+                    held[i] = take(&mut central, &s, &claim, names[i], 10, 5);
+                    if held[i].is_none() {
+                        watches[i].observe(central.read(5), 20);
+                    }
+                }
+            }
+            let mut ids: Vec<i32> = held
+                .iter()
+                .map(|h| h.as_ref().unwrap().machine_id)
+                .collect();
+            assert_eq!(ids[order[0]], 0, "the first writer gets the lowest id");
+            ids.sort();
+            assert_eq!(ids, [0, 1, 2], "order {order:?}");
+        }
+    }
+
+    #[test]
+    fn when_the_ids_run_out_a_claimer_waits_then_says_all_are_held() {
+        let s = settings();
+        let mut central = Central::seeded(1);
+        let mut holders = Vec::new();
+        for name in ["a", "b"] {
+            let mut watch = LeaseWatch::new();
+            watch.observe(central.read(1), 0);
+            let claim = chosen(&watch, &me(name, None, 1), 0);
+            holders.push(take(&mut central, &s, &claim, name, 0, 5).unwrap());
+        }
+        let c = me("c", None, 1);
+        let mut watch = LeaseWatch::new();
+        watch.observe(central.read(1), 100);
+        assert_eq!(
+            watch.choose(&c, 100),
+            Ok(ClaimChoice::WaitUntil {
+                mono_ms: 100 + s.duration_ms
+            })
+        );
+        // Both holders renew on time: once the claimer has seen each of
+        // them renew, it says so instead of waiting quietly.
+        let mut now = 0;
+        while now < 3 * s.duration_ms {
+            now += 1_000;
+            for (name, held) in ["a", "b"].iter().zip(holders.iter_mut()) {
+                if held.renew_due(now) {
+                    let (version, ceiling) = central
+                        .renew(
+                            held.machine_id,
+                            held.version,
+                            name,
+                            s.duration_ms,
+                            s.ceiling_unix_ms(WALL + now),
+                        )
+                        .unwrap();
+                    let written = Written {
+                        sent_mono_ms: now,
+                        received_mono_ms: now + 5,
+                        version,
+                        ceiling_unix_ms: ceiling,
+                    };
+                    *held = held.renewed(&s, &written);
+                }
+                assert!(held.may_issue(now));
+            }
+            watch.observe(central.read(1), now + 10);
+            if now < s.renew_after_ms() {
+                assert!(matches!(
+                    watch.choose(&c, now + 10),
+                    Ok(ClaimChoice::WaitUntil { .. })
+                ));
+            }
+        }
+        let err = watch.choose(&c, now + 10).unwrap_err();
+        let LeaseError::AllHeld {
+            count: 2,
+            max_machine_id: 1,
+            retry_at_mono_ms,
+        } = err
+        else {
+            panic!("{err:?}");
+        };
+        // When the first of them could expire, if it stopped renewing now.
+        assert!(retry_at_mono_ms > now + 10 && retry_at_mono_ms <= now + 10 + s.duration_ms);
+        assert_eq!(
+            err.to_string(),
+            "all 2 machine ids (0 to 1) are leased by servers that keep renewing"
+        );
+    }
+
+    #[test]
+    fn an_unseeded_table_and_a_foreign_layout_are_refused() {
+        let mut watch = LeaseWatch::new();
+        watch.observe(Vec::new(), 0);
+        let err = watch.choose(&me("a", None, 1023), 0).unwrap_err();
+        assert_eq!(
+            err,
+            LeaseError::NoRows {
+                max_machine_id: 1023
+            }
+        );
+        assert!(err.to_string().contains("seed it first"));
+        // Rows beyond this server's layout do not count.
+        let mut central = Central::seeded(40);
+        central.rows.retain(|&id, _| id > 15);
+        watch.observe(central.read(40), 0);
+        assert!(matches!(
+            watch.choose(&me("a", None, 15), 0),
+            Err(LeaseError::NoRows { .. })
+        ));
+        assert!(matches!(
+            watch.choose(&me("a", Some(20), 15), 0),
+            Err(LeaseError::NoRows { .. })
+        ));
+
+        let mut central = Central::seeded(3);
+        let row = central.rows.get_mut(&2).unwrap();
+        row.holder = Some("other".into());
+        row.version = 7;
+        row.layout = Some("epoch_ms 0 layout 41 10 12".into());
+        watch.observe(central.read(3), 0);
+        let err = watch.choose(&me("a", None, 3), 0).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "machine id 2 was leased by \"other\" under the layout \"epoch_ms 0 layout 41 10 12\", \
+             this server uses \"epoch_ms 1735689600000 layout 41 10 12\": every server sharing \
+             the lease table needs the same epoch and bit widths"
+        );
+    }
+
+    #[test]
+    fn the_previous_id_is_preferred_when_free_own_or_expired() {
+        let s = settings();
+        let mut central = Central::seeded(7);
+        let mut watch = LeaseWatch::new();
+        // Free (given up at a clean shutdown): taken back, not the lowest.
+        central.rows.get_mut(&5).unwrap().version = 3;
+        watch.observe(central.read(7), 0);
+        let claim = chosen(&watch, &me("a", Some(5), 7), 0);
+        assert_eq!(
+            (claim.machine_id, claim.version, claim.reason),
+            (5, 3, ClaimReason::Free)
+        );
+        // Still held under this server's name (a crash): taken back at once.
+        let row = central.rows.get_mut(&5).unwrap();
+        row.holder = Some("a".into());
+        row.floor_unix_ms = Some(WALL + 24_000);
+        watch.observe(central.read(7), 10);
+        let claim = chosen(&watch, &me("a", Some(5), 7), 10);
+        assert_eq!((claim.machine_id, claim.reason), (5, ClaimReason::Own));
+        assert_eq!(claim.floor_unix_ms, Some(WALL + 24_000));
+        // Without the previous id remembered, the name finds it.
+        let claim = chosen(&watch, &me("a", None, 7), 10);
+        assert_eq!((claim.machine_id, claim.reason), (5, ClaimReason::Own));
+        // Held by another server, seen just now: the lowest free id instead.
+        central.rows.get_mut(&5).unwrap().holder = Some("b".into());
+        let mut watch = LeaseWatch::new();
+        watch.observe(central.read(7), 1_000);
+        let claim = chosen(&watch, &me("a", Some(5), 7), 1_000);
+        assert_eq!((claim.machine_id, claim.reason), (0, ClaimReason::Free));
+        // ... until it expires: then the previous id again, over id 0.
+        central.rows.get_mut(&5).unwrap().lease_ms = s.duration_ms;
+        watch.observe(central.read(7), 1_001);
+        let claim = chosen(&watch, &me("a", Some(5), 7), 1_000 + s.duration_ms);
+        assert_eq!((claim.machine_id, claim.reason), (5, ClaimReason::Expired));
+        // A previous id beyond this server's layout is not taken.
+        let claim = chosen(&watch, &me("a", Some(5), 3), 1_000 + s.duration_ms);
+        assert_eq!(claim.machine_id, 0);
+    }
+
+    #[test]
+    fn an_expired_lease_is_taken_over_only_after_its_version_stood_still_for_its_duration() {
+        // The holder has a long lease; the claimer's own settings do not
+        // matter: it waits the duration in the row.
+        let long = LeaseSettings::new(60_000, 1_000, 5_000).unwrap();
+        let mut central = Central::seeded(0);
+        let mut watch = LeaseWatch::new();
+        watch.observe(central.read(0), 0);
+        let claim = chosen(&watch, &me("a", None, 0), 0);
+        let mut held = take(&mut central, &long, &claim, "a", 0, 3).unwrap();
+        let b = me("b", None, 0);
+        let mut watch_b = LeaseWatch::new();
+        watch_b.observe(central.read(0), 500);
+        assert_eq!(
+            watch_b.choose(&b, 500),
+            Ok(ClaimChoice::WaitUntil { mono_ms: 60_500 })
+        );
+        // The holder renews at 20 s; the claimer's next read restarts the
+        // wait from when it saw the new version.
+        assert!(!held.renew_due(19_999) && held.renew_due(20_000));
+        let (version, ceiling) = central
+            .renew(
+                0,
+                held.version,
+                "a",
+                60_000,
+                long.ceiling_unix_ms(WALL + 20_000),
+            )
+            .unwrap();
+        held = held.renewed(
+            &long,
+            &Written {
+                sent_mono_ms: 20_000,
+                received_mono_ms: 20_004,
+                version,
+                ceiling_unix_ms: ceiling,
+            },
+        );
+        watch_b.observe(central.read(0), 30_000);
+        assert!(!watch_b
+            .choose(&b, 60_600)
+            .is_ok_and(|c| matches!(c, ClaimChoice::Take(_))));
+        // Every id is held by a server seen renewing: an error to report,
+        // while the claimer keeps watching.
+        assert!(matches!(
+            watch_b.choose(&b, 60_600),
+            Err(LeaseError::AllHeld { count: 1, .. })
+        ));
+        // The holder dies. Its deadline passes before the claimer's wait.
+        watch_b.observe(central.read(0), 45_000);
+        assert_eq!(held.stop_at_mono_ms, 79_000);
+        assert!(held.may_issue(78_999) && !held.may_issue(79_000));
+        assert_eq!(
+            watch_b.choose(&b, 89_999),
+            Err(LeaseError::AllHeld {
+                count: 1,
+                max_machine_id: 0,
+                retry_at_mono_ms: 90_000
+            })
+        );
+        let claim = chosen(&watch_b, &b, 90_000);
+        assert_eq!(claim.reason, ClaimReason::Expired);
+        assert_eq!(claim.floor_unix_ms, Some(held.ceiling_unix_ms));
+        let taken = take(&mut central, &settings(), &claim, "b", 90_000, 5).unwrap();
+        assert_eq!(taken.floor_unix_ms, Some(WALL + 20_000 + 59_000 + 5_000));
+        // The old holder comes back: its renewal finds the row taken.
+        assert_eq!(
+            central.renew(
+                0,
+                held.version,
+                "a",
+                60_000,
+                long.ceiling_unix_ms(WALL + 95_000)
+            ),
+            None
+        );
+        assert_eq!(central.rows[&0].floor_unix_ms, Some(taken.ceiling_unix_ms));
+    }
+
+    #[test]
+    fn renewals_are_due_at_a_third_and_issuing_stops_a_margin_before_the_end() {
+        let s = settings();
+        let claim = Claim {
+            machine_id: 4,
+            version: 9,
+            floor_unix_ms: Some(WALL - 1),
+            reason: ClaimReason::Free,
+        };
+        let written = |sent, received, version, ceiling_unix_ms| Written {
+            sent_mono_ms: sent,
+            received_mono_ms: received,
+            version,
+            ceiling_unix_ms,
+        };
+        let held = Held::claimed(
+            &s,
+            &claim,
+            Some(WALL + 7),
+            &written(1_000, 1_050, 10, WALL + 24_000),
+        );
+        assert_eq!(held.floor_unix_ms, Some(WALL + 7), "the higher floor");
+        assert_eq!(held.renew_at_mono_ms, 1_000 + 6_666);
+        assert_eq!(held.stop_at_mono_ms, 1_000 + 19_000);
+        assert!(!held.renew_due(7_665) && held.renew_due(7_666));
+        assert!(held.may_issue(19_999) && !held.may_issue(20_000));
+        // A renewal in time moves both instants from when it was sent.
+        let renewed = held.renewed(&s, &written(7_700, 7_800, 11, WALL + 30_700));
+        assert_eq!(renewed.version, 11);
+        assert_eq!(renewed.ceiling_unix_ms, WALL + 30_700);
+        assert_eq!(renewed.stop_at_mono_ms, 7_700 + 19_000);
+        assert_eq!(renewed.renew_at_mono_ms, 7_700 + 6_666);
+        // A reply that comes after the deadline it grants gives no time,
+        // but its version is kept, and renewing is due at once.
+        assert!(reply_in_time(&s, 7_700, 26_699));
+        assert!(!reply_in_time(&s, 7_700, 26_700));
+        let late = held.renewed(&s, &written(7_700, 26_700, 11, WALL + 30_700));
+        assert_eq!(late.version, 11);
+        assert_eq!(late.stop_at_mono_ms, held.stop_at_mono_ms);
+        assert!(late.renew_due(26_700));
+        // A late claim reply: held in the table, but nothing may be issued.
+        let late = Held::claimed(&s, &claim, None, &written(1_000, 20_000, 10, WALL + 24_000));
+        assert!(!late.may_issue(20_000) && late.renew_due(20_000));
+        // The ceiling never moves down, also when the wall clock did.
+        let back = renewed.renewed(&s, &written(14_400, 14_420, 12, WALL + 20_000));
+        assert_eq!(back.ceiling_unix_ms, WALL + 30_700);
+    }
+
+    #[test]
+    fn giving_up_leaves_the_exact_floor_and_frees_the_row_at_once() {
+        let s = settings();
+        let mut central = Central::seeded(2);
+        central.rows.get_mut(&0).unwrap().floor_unix_ms = Some(WALL - 500);
+        let mut watch = LeaseWatch::new();
+        watch.observe(central.read(2), 0);
+        let claim = chosen(&watch, &me("a", None, 2), 0);
+        let held = take(&mut central, &s, &claim, "a", 0, 2).unwrap();
+        assert_eq!(central.rows[&0].floor_unix_ms, Some(WALL + 24_000));
+        // The last ID issued was at WALL + 3000: that is the floor left.
+        let floor = held.give_up_floor_unix_ms(Some(WALL + 3_000));
+        assert_eq!(floor, Some(WALL + 3_000));
+        assert!(central.give_up(0, held.version, "a", floor).is_some());
+        // Nothing issued: the floor it started above stays.
+        assert_eq!(held.give_up_floor_unix_ms(None), Some(WALL - 500));
+        // Another server takes the free row at once, above the exact floor.
+        let mut watch_b = LeaseWatch::new();
+        watch_b.observe(central.read(2), 5);
+        let claim = chosen(&watch_b, &me("b", None, 2), 5);
+        assert_eq!((claim.machine_id, claim.reason), (0, ClaimReason::Free));
+        assert_eq!(claim.floor_unix_ms, Some(WALL + 3_000));
+        // A give up with a stale version changes nothing.
+        assert_eq!(central.give_up(0, held.version, "a", None), None);
+    }
+
+    #[test]
+    fn the_successor_floor_is_the_higher_of_the_row_and_the_state_file() {
+        assert_eq!(successor_floor_unix_ms(None, None), None);
+        assert_eq!(successor_floor_unix_ms(Some(5), None), Some(5));
+        assert_eq!(successor_floor_unix_ms(None, Some(7)), Some(7));
+        assert_eq!(successor_floor_unix_ms(Some(9), Some(7)), Some(9));
+        assert_eq!(successor_floor_unix_ms(Some(-3), Some(7)), Some(7));
+    }
+
+    /// A server's clock: its reading at real time `t` ms (t >= 0), running
+    /// `ppm` parts per million fast (negative: slow).
+    #[derive(Debug, Clone, Copy)]
+    struct SimClock {
+        offset: i64,
+        ppm: i64,
+    }
+
+    impl SimClock {
+        fn at(&self, t: i64) -> i64 {
+            self.offset + t + (t * self.ppm).div_euclid(1_000_000)
+        }
+
+        /// The first real time at which the clock reads `reading` or more.
+        fn reaches(&self, reading: i64) -> i64 {
+            let (mut low, mut high) = (0, 1 << 40);
+            while low < high {
+                let mid = (low + high) / 2;
+                if self.at(mid) >= reading {
+                    high = mid;
+                } else {
+                    low = mid + 1;
+                }
+            }
+            low
+        }
+    }
+
+    #[derive(Debug, Clone, Copy)]
+    struct Scenario {
+        settings: LeaseSettings,
+        holder_mono: SimClock,
+        holder_wall_offset: i64,
+        /// The holder's wall clock steps by this much at real time
+        /// `duration / 2`.
+        holder_wall_step: i64,
+        claimer_mono: SimClock,
+        request_delay: i64,
+        reply_delay: i64,
+        read_delay: i64,
+        renewals: u32,
+        poll_phase: i64,
+    }
+
+    #[derive(Debug)]
+    struct Outcome {
+        /// The last real time the holder may issue an ID at.
+        holder_last_issue: i64,
+        /// The real time the claimer's CAS commits.
+        takeover: i64,
+        /// The highest ceiling the holder ever used.
+        holder_ceiling: i64,
+        /// The holder's wall clock plus its lead at its last instant.
+        holder_wall_lead_at_end: i64,
+        /// The floor the claimer starts above.
+        successor_floor: i64,
+    }
+
+    /// A holder claims id 0 at real time 0, renews `renewals` times, then
+    /// falls silent (dead, or cut off); a claimer reads the table every
+    /// duration / 20 and takes the id over as soon as its rules allow.
+    /// Events run in real-time order, writes are version CASes at their
+    /// commit time.
+    fn run(sc: &Scenario) -> Outcome {
+        let s = &sc.settings;
+        let mut central = Central::seeded(0);
+        // Committed states of row 0 in commit order, for reads.
+        let mut history: Vec<(i64, LeaseRow)> = vec![(0, central.rows[&0].clone())];
+        let holder_wall = |t: i64| {
+            WALL + sc.holder_wall_offset
+                + t
+                + if t >= s.duration_ms / 2 {
+                    sc.holder_wall_step
+                } else {
+                    0
+                }
+        };
+        // The holder's request in flight: (sent at, ceiling sent).
+        let mut in_flight: Option<(i64, i64)> = Some((0, s.ceiling_unix_ms(holder_wall(0))));
+        let first_claim = Claim {
+            machine_id: 0,
+            version: 0,
+            floor_unix_ms: None,
+            reason: ClaimReason::Free,
+        };
+        let mut held: Option<Held> = None;
+        let mut sends = 0;
+        let mut latest_stop = i64::MIN;
+        let mut holder_ceiling = i64::MIN;
+        let mut watch = LeaseWatch::new();
+        let claimer = me("c", None, 0);
+        let poll = s.duration_ms / 20;
+        // The claimer comes after the holder's claim has committed.
+        let mut next_poll = sc.request_delay + 1 + sc.poll_phase;
+        // When the claimer looks again at what it read last (the instant a
+        // row could expire), without reading again.
+        let mut decide_at: Option<i64> = None;
+        let mut claim_in_flight: Option<(i64, Claim)> = None;
+        loop {
+            // The holder's next event: its request commits, or its reply
+            // arrives.
+            let holder_event = in_flight.map(|(sent, _)| sent + sc.request_delay);
+            let t = [
+                holder_event,
+                Some(next_poll),
+                claim_in_flight.map(|(at, _)| at),
+                decide_at,
+            ]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap();
+            assert!(t < 100 * MAX_DURATION_MS, "no takeover: {sc:?}");
+            if holder_event == Some(t) {
+                let (sent, ceiling) = in_flight.take().unwrap();
+                let result = match &held {
+                    None => central.claim(&first_claim, "h", s.duration_ms, ceiling),
+                    Some(h) => central.renew(0, h.version, "h", s.duration_ms, ceiling),
+                };
+                history.push((t, central.rows[&0].clone()));
+                let Some((version, ceiling)) = result else {
+                    // Lost: the holder stops at once (we keep its deadline
+                    // as the bound, which is later).
+                    continue;
+                };
+                let written = Written {
+                    sent_mono_ms: sc.holder_mono.at(sent),
+                    received_mono_ms: sc.holder_mono.at(t + sc.reply_delay),
+                    version,
+                    ceiling_unix_ms: ceiling,
+                };
+                let h = match &held {
+                    None => Held::claimed(s, &first_claim, None, &written),
+                    Some(h) => h.renewed(s, &written),
+                };
+                latest_stop = latest_stop.max(h.stop_at_mono_ms);
+                holder_ceiling = holder_ceiling.max(h.ceiling_unix_ms);
+                if sends < sc.renewals {
+                    sends += 1;
+                    let send_at =
+                        (t + sc.reply_delay).max(sc.holder_mono.reaches(h.renew_at_mono_ms));
+                    in_flight = Some((send_at, s.ceiling_unix_ms(holder_wall(send_at))));
+                }
+                held = Some(h);
+                // The reply's arrival is folded in: the holder learns the
+                // new deadline only then, which `latest_stop` over-states
+                // in its disfavour.
+                continue;
+            }
+            if let Some((at, claim)) = claim_in_flight.filter(|(at, _)| *at == t) {
+                claim_in_flight = None;
+                let ceiling = s.ceiling_unix_ms(WALL + t);
+                if central.claim(&claim, "c", s.duration_ms, ceiling).is_some() {
+                    let holder_last_issue = if latest_stop == i64::MIN {
+                        -1
+                    } else {
+                        sc.holder_mono.reaches(latest_stop) - 1
+                    };
+                    return Outcome {
+                        holder_last_issue,
+                        takeover: at,
+                        holder_ceiling,
+                        holder_wall_lead_at_end: holder_wall(holder_last_issue.max(0))
+                            + s.max_lead_ms,
+                        successor_floor: claim.floor_unix_ms.unwrap_or(i64::MIN),
+                    };
+                }
+                history.push((t, central.rows[&0].clone()));
+                continue;
+            }
+            let decided_at = if decide_at == Some(t) {
+                decide_at = None;
+                t
+            } else {
+                // A poll: the read sees what committed by `t`, and returns
+                // `read_delay` later, when the claimer decides.
+                next_poll += poll;
+                let seen = history
+                    .iter()
+                    .rev()
+                    .find(|(at, _)| *at <= t)
+                    .unwrap()
+                    .1
+                    .clone();
+                let returned = t + sc.read_delay;
+                watch.observe(vec![seen], sc.claimer_mono.at(returned));
+                returned
+            };
+            if claim_in_flight.is_some() {
+                continue;
+            }
+            match watch.choose(&claimer, sc.claimer_mono.at(decided_at)) {
+                Ok(ClaimChoice::Take(claim)) => {
+                    assert_eq!(claim.reason, ClaimReason::Expired, "{sc:?}");
+                    claim_in_flight = Some((decided_at + sc.request_delay, claim));
+                    decide_at = None;
+                }
+                Ok(ClaimChoice::WaitUntil { mono_ms })
+                | Err(LeaseError::AllHeld {
+                    retry_at_mono_ms: mono_ms,
+                    ..
+                }) => decide_at = Some(sc.claimer_mono.reaches(mono_ms).max(decided_at)),
+                Err(e) => panic!("{e}"),
+            }
+        }
+    }
+
+    #[test]
+    fn the_holder_stops_before_any_takeover_and_the_successor_starts_above_it() {
+        let mut runs = 0;
+        for (duration, margin) in [(2_000, 100), (MAX_DURATION_MS, 1_200)] {
+            let settings = LeaseSettings::new(duration, margin, 500).unwrap();
+            for holder_ppm in [-MAX_CLOCK_RATE_ERROR_PPM, 0, MAX_CLOCK_RATE_ERROR_PPM] {
+                for claimer_ppm in [-MAX_CLOCK_RATE_ERROR_PPM, 0, MAX_CLOCK_RATE_ERROR_PPM] {
+                    for request_delay in [0, 1, 300, duration / 2, duration + 7] {
+                        for reply_delay in [0, 1, 300, duration / 2] {
+                            for read_delay in [0, 7, duration / 3] {
+                                for renewals in [0, 1, 3] {
+                                    for (wall_offset, wall_step) in
+                                        [(0, 0), (-3_600_000, 3_600_000), (3_600_000, -3_600_000)]
+                                    {
+                                        let sc = Scenario {
+                                            settings,
+                                            holder_mono: SimClock {
+                                                offset: 12_345,
+                                                ppm: holder_ppm,
+                                            },
+                                            holder_wall_offset: wall_offset,
+                                            holder_wall_step: wall_step,
+                                            claimer_mono: SimClock {
+                                                offset: -7_000_000,
+                                                ppm: claimer_ppm,
+                                            },
+                                            request_delay,
+                                            reply_delay,
+                                            read_delay,
+                                            renewals,
+                                            poll_phase: (runs % 7) * 13,
+                                        };
+                                        let out = run(&sc);
+                                        runs += 1;
+                                        assert!(
+                                            out.holder_last_issue < out.takeover,
+                                            "{out:?} {sc:?}"
+                                        );
+                                        // Every ID the holder could issue is
+                                        // at most its ceiling, which the
+                                        // successor starts above.
+                                        assert!(
+                                            out.holder_ceiling <= out.successor_floor,
+                                            "{out:?} {sc:?}"
+                                        );
+                                        // With true clocks the ceiling never
+                                        // stops the holder before its deadline.
+                                        if holder_ppm == 0
+                                            && wall_step == 0
+                                            && out.holder_last_issue >= 0
+                                        {
+                                            assert!(
+                                                out.holder_wall_lead_at_end <= out.holder_ceiling,
+                                                "{out:?} {sc:?}"
+                                            );
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(runs, 2 * 3 * 3 * 5 * 4 * 3 * 3 * 3);
+    }
+
+    #[test]
+    fn a_margin_below_the_clock_rate_bound_would_let_a_takeover_overlap() {
+        // The same race with the rule broken (margin 1 ms on a 600 s lease,
+        // bypassing the check): a slow holder clock and a fast claimer
+        // clock let the claimer in while the holder may still issue.
+        let settings = LeaseSettings {
+            duration_ms: MAX_DURATION_MS,
+            margin_ms: 1,
+            max_lead_ms: 0,
+        };
+        assert!(LeaseSettings::new(MAX_DURATION_MS, 1, 0).is_err());
+        let out = run(&Scenario {
+            settings,
+            holder_mono: SimClock {
+                offset: 0,
+                ppm: -MAX_CLOCK_RATE_ERROR_PPM,
+            },
+            holder_wall_offset: 0,
+            holder_wall_step: 0,
+            claimer_mono: SimClock {
+                offset: 0,
+                ppm: MAX_CLOCK_RATE_ERROR_PPM,
+            },
+            request_delay: 0,
+            reply_delay: 0,
+            read_delay: 0,
+            renewals: 0,
+            poll_phase: 0,
+        });
+        assert!(out.holder_last_issue >= out.takeover, "{out:?}");
+    }
+
+    /// The `$n` parameters a statement uses, sorted, without repeats.
+    fn parameters(sql: &str) -> Vec<u32> {
+        let mut found: Vec<u32> = sql
+            .split('$')
+            .skip(1)
+            .map(|rest| {
+                let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+                digits.parse().unwrap()
+            })
+            .collect();
+        found.sort();
+        found.dedup();
+        found
+    }
+
+    #[test]
+    fn every_statement_is_one_single_row_cas_with_numbered_parameters_and_no_clock() {
+        let t = "\"central\".idgen_machine_lease";
+        let cas =
+            "WHERE machine_id OPERATOR(pg_catalog.=) $1 AND version OPERATOR(pg_catalog.=) $2";
+        for (sql, params, is_cas) in [
+            (seed_sql(t), 1, false),
+            (read_sql(t), 1, false),
+            (claim_sql(t), 7, true),
+            (renew_sql(t), 6, true),
+            (give_up_sql(t), 4, true),
+        ] {
+            assert_eq!(parameters(&sql), (1..=params).collect::<Vec<_>>(), "{sql}");
+            assert!(sql.contains(t), "{sql}");
+            assert!(!sql.contains(';'), "{sql}");
+            let lower = sql.to_lowercase();
+            for clock in [
+                "now()",
+                "clock_timestamp",
+                "current_timestamp",
+                "statement_timestamp",
+            ] {
+                assert!(!lower.contains(clock), "{sql}");
+            }
+            assert_eq!(sql.contains(cas), is_cas, "{sql}");
+        }
+        for sql in [renew_sql(t), give_up_sql(t)] {
+            assert!(
+                sql.contains("AND holder OPERATOR(pg_catalog.=) $3"),
+                "{sql}"
+            );
+        }
+        for sql in [claim_sql(t), renew_sql(t)] {
+            assert!(
+                sql.contains("floor_unix_ms = GREATEST(floor_unix_ms, $5)"),
+                "{sql}"
+            );
+            assert!(sql.ends_with("RETURNING version, floor_unix_ms"), "{sql}");
+        }
+        assert!(CENTRAL_TABLE_DDL.contains(TABLE_NAME));
+        for column in [
+            "machine_id",
+            "holder",
+            "version",
+            "lease_ms",
+            "floor_unix_ms",
+            "layout",
+            "lease_until",
+        ] {
+            assert!(CENTRAL_TABLE_DDL.contains(column) && FOREIGN_TABLE_COLUMNS.contains(column));
+        }
+    }
+}
