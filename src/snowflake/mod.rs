@@ -9,10 +9,14 @@
 //!   (pure).
 //! * `shared`: the state in shared memory, reading and writing the state
 //!   file, the keeper worker that persists the high-water mark.
+//! * `lease`: machine ids leased from a table on a central server — the
+//!   table, its SQL and the pure rules (claim, renew, stop, the successor's
+//!   floor); not wired to the generator yet.
 //! * `sql`, `status`: the SQL functions and the status view.
 
 pub mod generator;
 pub mod layout;
+pub mod lease;
 pub mod shared;
 pub mod sql;
 pub mod state_file;
