@@ -402,8 +402,8 @@ fn refill(
         },
         Err(caught) if caught.sqlstate == PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE as i32 => {
             StoredError {
-                message: "its id_segment row is locked by another transaction".into(),
-                hint: "A transaction holds the row (SELECT ... FOR UPDATE, or an UPDATE or DELETE not yet committed): end it. pg_locks and pg_stat_activity show which session it is.".into(),
+                message: "its id_segment row (or the table) is locked by another transaction".into(),
+                hint: "A transaction holds the row (SELECT ... FOR UPDATE, or an UPDATE or DELETE not yet committed) or a lock on id_segment (ALTER EXTENSION pg_idgen UPDATE, DDL): end it. pg_locks and pg_stat_activity show which session it is.".into(),
                 ..caught
             }
         }

@@ -272,10 +272,9 @@ pub unsafe fn attach(base: *mut u8, found: bool) {
     if !found {
         let javascript_layout = Layout::javascript_safe(config.layout.epoch_ms);
         let saved = read_state_file();
-        if let Some(Err(problem)) = saved
-            .as_ref()
-            .map(|saved| state_file::check_mark(saved, config.layout.epoch_ms))
-        {
+        if let Some(Err(problem)) = saved.as_ref().map(|saved| {
+            state_file::check_mark(saved, config.layout.epoch_ms, config.layout.last_unix_ms())
+        }) {
             IdgenError::SnowflakeStateFile { problem, io: false }.raise();
         }
         let (main_floor, js_floor) = saved.as_ref().map_or((None, None), |saved| {

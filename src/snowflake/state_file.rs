@@ -163,11 +163,17 @@ pub fn floor_for(layout: &Layout, high_id: i64) -> Option<i64> {
 /// A one-number mark (the 0.1.0 format: a Unix time in ms no ID reached)
 /// from before the epoch was never written by pg_idgen — its keeper wrote
 /// times ahead of a clock that was past the epoch — and would read as "no
-/// ID yet". Most likely seconds were written instead of milliseconds.
-pub fn check_mark(saved: &Saved, epoch_ms: i64) -> Result<(), String> {
+/// ID yet". Most likely seconds were written instead of milliseconds. One
+/// past the layout's last millisecond was never written either (its
+/// keeper only writes times it can still issue IDs at) and would leave the
+/// generator used up: microseconds, most likely.
+pub fn check_mark(saved: &Saved, epoch_ms: i64, last_ms: i64) -> Result<(), String> {
     match saved {
         Saved::UnixMark(mark) if *mark < epoch_ms => Err(format!(
             "its time {mark} is before pg_idgen.snowflake_epoch ({epoch_ms} ms since 1970), which pg_idgen never writes (a time in seconds instead of milliseconds?)"
+        )),
+        Saved::UnixMark(mark) if *mark > last_ms => Err(format!(
+            "its time {mark} is after the last millisecond the snowflake layout can hold ({last_ms} ms since 1970), which pg_idgen never writes (a time in microseconds instead of milliseconds?)"
         )),
         _ => Ok(()),
     }
@@ -223,14 +229,26 @@ mod mark_tests {
     use super::*;
 
     #[test]
-    fn a_one_number_mark_before_the_epoch_is_refused() {
+    fn a_one_number_mark_outside_the_layout_is_refused() {
         let epoch = 1_735_689_600_000; // 2025-01-01
-        assert!(check_mark(&Saved::UnixMark(0), epoch).is_err());
+        let last = epoch + (1 << 41) - 1; // 41 time bits
+        assert!(check_mark(&Saved::UnixMark(0), epoch, last).is_err());
         // `date +%s` instead of `date +%s%3N`.
         let seconds = Saved::UnixMark(1_764_500_000);
-        assert!(check_mark(&seconds, epoch).unwrap_err().contains("seconds"));
-        assert!(check_mark(&Saved::UnixMark(epoch), epoch).is_ok());
-        assert!(check_mark(&Saved::UnixMark(1_764_500_000_000), epoch).is_ok());
+        assert!(check_mark(&seconds, epoch, last)
+            .unwrap_err()
+            .contains("seconds"));
+        // `date +%s%6N`, and a run of nines.
+        let micros = Saved::UnixMark(1_764_500_000_000_000);
+        assert!(check_mark(&micros, epoch, last)
+            .unwrap_err()
+            .contains("microseconds"));
+        let nines = Saved::UnixMark(999_999_999_999_999_999);
+        assert!(check_mark(&nines, epoch, last).is_err());
+        assert!(check_mark(&Saved::UnixMark(epoch), epoch, last).is_ok());
+        assert!(check_mark(&Saved::UnixMark(1_764_500_000_000), epoch, last).is_ok());
+        assert!(check_mark(&Saved::UnixMark(last), epoch, last).is_ok());
+        assert!(check_mark(&Saved::UnixMark(last + 1), epoch, last).is_err());
     }
 }
 

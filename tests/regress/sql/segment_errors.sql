@@ -164,6 +164,52 @@ FETCH 100 FROM doomed_ids;
 \echo :LAST_ERROR_SQLSTATE
 ROLLBACK;
 
+-- segment_attach: the server must exist, be postgres_fdw and have a
+-- connect_timeout; the tag must exist there and not here.
+CREATE EXTENSION postgres_fdw;
+SELECT segment_attach('far', 'no_such_server');
+\echo :LAST_ERROR_SQLSTATE
+CREATE FOREIGN DATA WRAPPER not_postgres;
+CREATE SERVER elsewhere FOREIGN DATA WRAPPER not_postgres;
+SELECT segment_attach('far', 'elsewhere');
+\echo :LAST_ERROR_SQLSTATE
+CREATE SERVER no_timeout FOREIGN DATA WRAPPER postgres_fdw OPTIONS (dbname 'x');
+SELECT segment_attach('far', 'no_timeout');
+\echo :LAST_ERROR_SQLSTATE
+SELECT segment_attach(NULL, 'no_timeout');
+\echo :LAST_ERROR_SQLSTATE
+-- A "central server" that is this very database, over a Unix socket.
+CREATE SCHEMA central;
+CREATE TABLE central.id_segment (LIKE id_segment INCLUDING ALL);
+INSERT INTO central.id_segment (biz_tag, max_id, step) VALUES ('far', 0, 10);
+DO $$BEGIN
+  EXECUTE format('CREATE SERVER loop FOREIGN DATA WRAPPER postgres_fdw OPTIONS (host %L, port %L, dbname %L, connect_timeout %L)',
+                 split_part(current_setting('unix_socket_directories'), ',', 1),
+                 current_setting('port'), current_database(), '5');
+END$$;
+CREATE USER MAPPING FOR CURRENT_USER SERVER loop;
+SELECT segment_attach('not_there', 'loop', remote_schema => 'central');
+\echo :LAST_ERROR_SQLSTATE
+SELECT segment_attach('orders', 'loop', remote_schema => 'central');
+\echo :LAST_ERROR_SQLSTATE
+SELECT segment_attach('far', 'loop', remote_schema => 'central');
+SELECT array_agg(id) FROM (SELECT segment_nextval('far') AS id FROM generate_series(1, 12)) s;
+SELECT max_id >= 12 AS covers_every_id_drawn FROM central.id_segment WHERE biz_tag = 'far';
+SELECT tag, source FROM segment_status WHERE tag = 'far';
+SELECT segment_attach('far', 'loop', remote_schema => 'central');
+\echo :LAST_ERROR_SQLSTATE
+SELECT segment_create('far');
+\echo :LAST_ERROR_SQLSTATE
+SELECT segment_drop('far');
+SELECT segment_nextval('far');
+\echo :LAST_ERROR_SQLSTATE
+DROP USER MAPPING FOR CURRENT_USER SERVER loop;
+DROP SERVER loop, no_timeout CASCADE;
+DROP SERVER elsewhere;
+DROP FOREIGN DATA WRAPPER not_postgres;
+DROP SCHEMA central CASCADE;
+DROP EXTENSION postgres_fdw;
+
 -- Made-up tags take no slot in shared memory.
 SELECT segment_nextval('made_up_' || i) FROM generate_series(1, 3) i;
 \echo :LAST_ERROR_SQLSTATE
