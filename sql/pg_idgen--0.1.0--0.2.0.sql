@@ -35,7 +35,8 @@ CREATE FUNCTION snowflake_status() RETURNS TABLE (
     epoch timestamp with time zone, last_issued timestamp with time zone, lead_ms bigint,
     persisted_until timestamp with time zone, restarted_above timestamp with time zone,
     clock_backwards bigint, lead_waits bigint, persist_waits bigint, ids_issued bigint,
-    keeper_pid int)
+    keeper_pid int, lease_machine_id bigint, lease_until timestamp with time zone,
+    lease_server text, lease_problem text)
     STRICT VOLATILE
     LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_status_rows_wrapper';
 

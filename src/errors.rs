@@ -74,6 +74,15 @@ pub enum IdgenError {
         waited_ms: i64,
     },
     /// The keeper runs, its writes do not fail, but none finished in time.
+    /// The machine id is leased and this server holds no lease now.
+    SnowflakeNoLease {
+        waited_ms: i64,
+        why: String,
+    },
+    /// Snowflake time reached the ceiling of the lease.
+    SnowflakeLeaseCeiling {
+        waited_ms: i64,
+    },
     SnowflakeKeeperSlow {
         waited_ms: i64,
     },
@@ -304,6 +313,8 @@ impl IdgenError {
             }
             IdgenError::SnowflakeStateNotWritten { .. } => ERRCODE_IO_ERROR,
             IdgenError::SnowflakeKeeperSlow { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            IdgenError::SnowflakeNoLease { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            IdgenError::SnowflakeLeaseCeiling { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             IdgenError::SnowflakeKeeperNotRegistered { .. } => ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
             IdgenError::SnowflakeStateFile { io: true, .. } => ERRCODE_IO_ERROR,
             IdgenError::SnowflakeStateFile { io: false, .. } => ERRCODE_DATA_CORRUPTED,
@@ -383,6 +394,12 @@ impl IdgenError {
             ),
             IdgenError::SnowflakeStateNotWritten { problem, waited_ms } => format!(
                 "the snowflake keeper cannot write pg_idgen_snowflake.state: {problem} (waited {waited_ms} ms)"
+            ),
+            IdgenError::SnowflakeNoLease { waited_ms, why } => format!(
+                "this server holds no snowflake machine id lease (waited {waited_ms} ms): {why}"
+            ),
+            IdgenError::SnowflakeLeaseCeiling { waited_ms } => format!(
+                "snowflake time reached the ceiling of this server's machine id lease (waited {waited_ms} ms for a renewal)"
             ),
             IdgenError::SnowflakeKeeperSlow { waited_ms } => format!(
                 "the snowflake keeper has not finished writing pg_idgen_snowflake.state within {waited_ms} ms"
@@ -478,6 +495,8 @@ impl IdgenError {
             IdgenError::SnowflakeClockBehind { .. } => "The clock stepped back (or IDs were asked for faster than the layout allows). Wait for it to catch up, fix the time source, or raise pg_idgen.snowflake_max_lead or pg_idgen.snowflake_max_wait.".into(),
             IdgenError::SnowflakeKeeperNotRunning { .. } => "Check the server log for why the \"pg_idgen snowflake keeper\" background worker exited or did not start; the postmaster restarts it 1 s after it exits. If no worker slot is free, raise max_worker_processes and restart the server.".into(),
             IdgenError::SnowflakeStateNotWritten { .. } => "Free space, or fix the permissions, in the data directory; snowflake IDs resume as soon as the keeper can write the file (the server log has its WARNING).".into(),
+            IdgenError::SnowflakeNoLease { .. } => "pg_idgen.machine_id = 'lease': the lease keeper takes a machine id from pg_idgen.lease_table (in pg_idgen.lease_database) and renews it; snowflake_status and the server log (\"pg_idgen lease keeper\") say why it holds none — most often the central server is unreachable.".into(),
+            IdgenError::SnowflakeLeaseCeiling { .. } => "The lease keeper raises the ceiling at each renewal; if renewals fail (see the server log), IDs stop until they succeed again.".into(),
             IdgenError::SnowflakeKeeperSlow { .. } => "The disk is slow to fsync. Raise pg_idgen.snowflake_persist_ahead so the keeper writes earlier, or pg_idgen.snowflake_max_wait.".into(),
             IdgenError::SnowflakeKeeperNotRegistered { .. } => "Raise max_worker_processes in postgresql.conf (pg_idgen needs one slot for its keeper, plus one per database using segment IDs) and start the server again.".into(),
             IdgenError::SnowflakeStateFile { .. } => "The file holds the highest snowflake IDs issued; without it IDs could repeat. Restore it from a backup, or follow \"Recovering the snowflake state file\" in the pg_idgen README: with the server stopped and the clock right, write the current Unix time in ms into it (date +%s%3N > $PGDATA/pg_idgen_snowflake.state).".into(),

@@ -146,7 +146,60 @@ pub static SNOWFLAKE_MAX_WAIT_MS: GucSetting<i32> = GucSetting::<i32>::new(10_00
 /// mark while IDs are issued, in ms.
 pub static SNOWFLAKE_PERSIST_AHEAD_MS: GucSetting<i32> = GucSetting::<i32>::new(2_000);
 
+/// `pg_idgen.machine_id = 'lease'`: where the lease table is, and the lease.
+pub static LEASE_DATABASE: GucSetting<Option<CString>> =
+    GucSetting::<Option<CString>>::new(Some(c"postgres"));
+pub static LEASE_TABLE: GucSetting<Option<CString>> =
+    GucSetting::<Option<CString>>::new(Some(c"idgen_machine_lease"));
+pub static LEASE_HOLDER: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
+pub static LEASE_DURATION_MS: GucSetting<i32> = GucSetting::<i32>::new(20_000);
+pub static LEASE_MARGIN_MS: GucSetting<i32> = GucSetting::<i32>::new(1_000);
+
 pub fn register_snowflake() {
+    GucRegistry::define_string_guc(
+        c"pg_idgen.lease_database",
+        c"With pg_idgen.machine_id = 'lease': the database whose foreign table pg_idgen.lease_table reaches the central lease table.",
+        c"The lease keeper connects to it as the bootstrap superuser, whose postgres_fdw user mapping it uses.",
+        &LEASE_DATABASE,
+        GucContext::Postmaster,
+        GucFlags::default(),
+    );
+    GucRegistry::define_string_guc(
+        c"pg_idgen.lease_table",
+        c"With pg_idgen.machine_id = 'lease': the foreign table (in pg_idgen.lease_database) over the central idgen_machine_lease table.",
+        c"A schema-qualified name or a name on the search_path of that database.",
+        &LEASE_TABLE,
+        GucContext::Postmaster,
+        GucFlags::default(),
+    );
+    GucRegistry::define_string_guc(
+        c"pg_idgen.lease_holder",
+        c"With pg_idgen.machine_id = 'lease': this server's name in the lease table.",
+        c"Unique among live servers and the same across restarts. Empty: the host name, port and data directory.",
+        &LEASE_HOLDER,
+        GucContext::Postmaster,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"pg_idgen.lease_duration",
+        c"With pg_idgen.machine_id = 'lease': how long a lease lasts without renewal.",
+        c"Renewed every third of it; a dead server's machine id is free again this long after its last renewal.",
+        &LEASE_DURATION_MS,
+        1_000,
+        600_000,
+        GucContext::Postmaster,
+        GucFlags::UNIT_MS,
+    );
+    GucRegistry::define_int_guc(
+        c"pg_idgen.lease_margin",
+        c"With pg_idgen.machine_id = 'lease': how long before its lease could expire a server that cannot renew stops issuing.",
+        c"At least 100 ms and 0.2% of pg_idgen.lease_duration (clock-rate error), at most half of it.",
+        &LEASE_MARGIN_MS,
+        100,
+        300_000,
+        GucContext::Postmaster,
+        GucFlags::UNIT_MS,
+    );
     GucRegistry::define_string_guc(
         c"pg_idgen.machine_id",
         c"Machine id in snowflake IDs: a number, or 'hostname' for the trailing number of the host name.",

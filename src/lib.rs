@@ -39,6 +39,9 @@ pub extern "C-unwind" fn _PG_init() {
     shmem::install_hooks();
     segment::lifecycle::install_hook();
     snowflake::shared::register_keeper();
+    if snowflake::shared::config().is_some_and(|c| c.lease) {
+        snowflake::lease_keeper::register();
+    }
 }
 
 // The tests that run inside PostgreSQL live in the top-level `pg_test/`

@@ -440,7 +440,7 @@ unsafe extern "C-unwind" {
 /// Runs `body` in a transaction of its own and commits it; a PostgreSQL
 /// error anywhere in it (including the commit) aborts the transaction and
 /// comes back as the error's report.
-fn in_transaction<R>(body: impl FnOnce() -> R) -> Result<R, StoredError> {
+pub(crate) fn in_transaction<R>(body: impl FnOnce() -> R) -> Result<R, StoredError> {
     // The body runs once; if it fails, nothing of it is used again.
     let body = std::panic::AssertUnwindSafe(body);
     PgTryBuilder::new(move || {

@@ -4,11 +4,13 @@
 //!
 //! # Protocol
 //!
-//! * `last` holds the last ID issued with its machine bits cleared, i.e.
-//!   `(time << (machine_bits + sequence_bits)) | sequence`. A call reads
-//!   it, works out the next `(time, sequence)` and installs it with a
-//!   compare-and-swap; the winner owns that ID. IDs therefore strictly
-//!   increase across the whole cluster, in CAS order.
+//! * `last` holds the last ID issued, machine bits included. A call reads
+//!   it, works out the next `(time, sequence)` under the same machine id
+//!   and installs it with a compare-and-swap; the winner owns that ID. IDs
+//!   therefore strictly increase across the whole cluster, in CAS order.
+//!   A leased machine id (`take_lease`) is switched by a CAS on `last`
+//!   too, so no call can combine one machine id with a time or sequence
+//!   worked out for another.
 //! * The next time is the wall clock if it is ahead of `last`; otherwise
 //!   the logical clock carries on from `last` (next sequence, or the next
 //!   millisecond when the sequence is used up). So a clock that steps back
@@ -27,6 +29,12 @@
 //!   so it never repeats an ID of the previous run, whatever the clock says.
 //!   The coarse shortcut checks the limit too: on a first start `last` is 0
 //!   but nothing is persisted yet.
+//! * With a leased machine id (`lease.rs`) a call also checks, before its
+//!   CAS, that the lease's monotonic deadline has not passed
+//!   (`Refusal::NoLease`), and issues no time above the lease's ceiling
+//!   (`Refusal::AboveCeiling`, until a renewal raises it). The ceiling
+//!   alone keeps a successor's IDs apart from this server's, whatever the
+//!   clocks do: a successor starts above every ceiling recorded.
 //! * What the worker persists follows what is issued (`mark_to_persist`):
 //!   nothing while no ID is issued and no call waits, so neither a moment of
 //!   wrong time nor a series of quick restarts moves the mark; a window
@@ -41,6 +49,8 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 pub trait WallClock {
     /// Milliseconds since the Unix epoch, exact.
     fn now_ms(&self) -> i64;
+    /// A monotonic clock in milliseconds (read only under a lease).
+    fn mono_ms(&self) -> i64;
     /// A cheaper reading: `(earliest, latest)` milliseconds the exact time
     /// is known to lie within, if the clock offers one.
     fn bounds_ms(&self) -> Option<(i64, i64)>;
@@ -62,8 +72,12 @@ pub struct GeneratorStats {
 #[repr(C)]
 pub struct Generator {
     layout: Layout,
-    machine: i64,
     last: AtomicU64,
+    /// Under a lease: the monotonic ms from which no ID may be issued
+    /// (`i64::MIN`: no lease held). `i64::MAX`: not leased (a fixed id).
+    stop_at_mono_ms: AtomicI64,
+    /// Under a lease: no time (ms since epoch) above it. `i64::MAX`: none.
+    ceiling: AtomicI64,
     persisted_limit: AtomicI64,
     wall_high: AtomicI64,
     /// The largest time a call was refused for because it was not
@@ -108,6 +122,10 @@ pub enum Refusal {
     NotPersisted,
     /// The layout's time bits are used up.
     Exhausted,
+    /// The machine id is leased and no lease is held now.
+    NoLease,
+    /// The next time is above the lease's ceiling; wait for a renewal.
+    AboveCeiling,
 }
 
 impl Generator {
@@ -117,17 +135,25 @@ impl Generator {
     /// limit.
     pub fn new(layout: Layout, machine: i64, floor: Option<i64>) -> Generator {
         let floor = floor.map(|f| f.clamp(0, layout.max_time_ms()));
-        let start = floor.map_or(0, |mark| {
+        let start = floor.map_or(
             layout.compose(Parts {
-                time_ms: mark,
-                machine: 0,
-                sequence: layout.max_sequence(),
-            })
-        });
+                time_ms: 0,
+                machine,
+                sequence: 0,
+            }),
+            |mark| {
+                layout.compose(Parts {
+                    time_ms: mark,
+                    machine,
+                    sequence: layout.max_sequence(),
+                })
+            },
+        );
         Generator {
             layout,
-            machine,
             last: AtomicU64::new(start as u64),
+            stop_at_mono_ms: AtomicI64::new(i64::MAX),
+            ceiling: AtomicI64::new(i64::MAX),
             persisted_limit: AtomicI64::new(floor.unwrap_or(-1)),
             wall_high: AtomicI64::new(i64::MIN),
             wanted: AtomicI64::new(i64::MIN),
@@ -141,8 +167,67 @@ impl Generator {
         &self.layout
     }
 
+    /// The machine id of the last ID issued (or to be issued next).
     pub fn machine(&self) -> i64 {
-        self.machine
+        let packed = self.last.load(Ordering::Acquire) as i64;
+        (packed >> self.layout.sequence_bits) & self.layout.max_machine()
+    }
+
+    /// Lease mode: nothing is issued until `take_lease`.
+    pub fn await_lease(&self) {
+        self.stop_at_mono_ms.store(i64::MIN, Ordering::Release);
+    }
+
+    /// Whether the machine id is leased (rather than fixed).
+    pub fn leased(&self) -> bool {
+        self.stop_at_mono_ms.load(Ordering::Acquire) != i64::MAX
+    }
+
+    /// Starts issuing under a lease of `machine`: only times above
+    /// `floor` (ms since epoch) and none above `ceiling`, until the
+    /// monotonic `stop_at_mono_ms`. The switch of machine id is one CAS on
+    /// `last`, after issuing has stopped.
+    pub fn take_lease(&self, machine: i64, floor: Option<i64>, ceiling: i64, stop_at_mono_ms: i64) {
+        self.stop_at_mono_ms.store(i64::MIN, Ordering::SeqCst);
+        let max_time = self.layout.max_time_ms();
+        let mut current = self.last.load(Ordering::Acquire);
+        loop {
+            let (time, _) = self.split(current);
+            let start = time.max(floor.unwrap_or(i64::MIN).min(max_time));
+            let packed = self.layout.compose(Parts {
+                time_ms: start,
+                machine,
+                sequence: self.layout.max_sequence(),
+            }) as u64;
+            match self
+                .last
+                .compare_exchange(current, packed, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => break,
+                Err(now_last) => current = now_last,
+            }
+        }
+        self.ceiling.store(ceiling, Ordering::SeqCst);
+        self.stop_at_mono_ms
+            .store(stop_at_mono_ms, Ordering::SeqCst);
+    }
+
+    /// A renewal: a later deadline and a higher ceiling (never lower).
+    pub fn renew_lease(&self, ceiling: i64, stop_at_mono_ms: i64) {
+        self.ceiling.fetch_max(ceiling, Ordering::SeqCst);
+        self.stop_at_mono_ms
+            .fetch_max(stop_at_mono_ms, Ordering::SeqCst);
+    }
+
+    /// The lease is lost or given up: nothing more is issued.
+    pub fn drop_lease(&self) {
+        self.stop_at_mono_ms.store(i64::MIN, Ordering::SeqCst);
+    }
+
+    /// The lease's deadline and ceiling, if the machine id is leased.
+    pub fn lease_state(&self) -> Option<(i64, i64)> {
+        let stop = self.stop_at_mono_ms.load(Ordering::Acquire);
+        (stop != i64::MAX).then(|| (stop, self.ceiling.load(Ordering::Acquire)))
     }
 
     #[inline]
@@ -157,6 +242,10 @@ impl Generator {
     /// Issues the next ID.
     #[inline]
     pub fn next(&self, clock: &impl WallClock, max_lead_ms: i64) -> Result<Issued, Refusal> {
+        let stop_at = self.stop_at_mono_ms.load(Ordering::Acquire);
+        if stop_at != i64::MAX && clock.mono_ms() >= stop_at {
+            return Err(Refusal::NoLease);
+        }
         if let Some((earliest, latest)) = clock.bounds_ms() {
             let (earliest, latest) = (
                 earliest - self.layout.epoch_ms,
@@ -171,6 +260,7 @@ impl Generator {
                 && sequence < self.layout.max_sequence()
                 && time - earliest <= max_lead_ms
                 && time <= self.persisted_limit.load(Ordering::Acquire)
+                && time <= self.ceiling.load(Ordering::Acquire)
             {
                 let packed = current + 1;
                 if self
@@ -188,7 +278,7 @@ impl Generator {
     fn issue(&self, packed: u64, lead_ms: i64) -> Issued {
         self.stats.issued.fetch_add(1, Ordering::Relaxed);
         Issued {
-            id: packed as i64 | (self.machine << self.layout.sequence_bits),
+            id: packed as i64,
             lead_ms,
         }
     }
@@ -222,14 +312,18 @@ impl Generator {
                 self.stats.lead_waits.fetch_add(1, Ordering::Relaxed);
                 return Err(Refusal::TooFarAhead { lead_ms });
             }
+            if next_time > self.ceiling.load(Ordering::Acquire) {
+                return Err(Refusal::AboveCeiling);
+            }
             if next_time > self.persisted_limit.load(Ordering::Acquire) {
                 self.wanted.fetch_max(next_time, Ordering::AcqRel);
                 self.stats.persist_waits.fetch_add(1, Ordering::Relaxed);
                 return Err(Refusal::NotPersisted);
             }
+            let machine = (current as i64 >> self.layout.sequence_bits) & self.layout.max_machine();
             let packed = self.layout.compose(Parts {
                 time_ms: next_time,
-                machine: 0,
+                machine,
                 sequence: next_sequence,
             }) as u64;
             match self.last.compare_exchange_weak(
@@ -531,6 +625,129 @@ mod tests {
         fn bounds_ms(&self) -> Option<(i64, i64)> {
             self.coarse
         }
+        fn mono_ms(&self) -> i64 {
+            self.exact
+        }
+    }
+
+    /// A clock whose monotonic reading the test sets.
+    struct LeaseClock {
+        wall: i64,
+        mono: i64,
+    }
+
+    impl WallClock for LeaseClock {
+        fn now_ms(&self) -> i64 {
+            self.wall
+        }
+        fn bounds_ms(&self) -> Option<(i64, i64)> {
+            None
+        }
+        fn mono_ms(&self) -> i64 {
+            self.mono
+        }
+    }
+
+    #[test]
+    fn under_a_lease_nothing_is_issued_before_a_claim_or_after_the_deadline() {
+        let g = ready(0);
+        g.await_lease();
+        let at = |mono| LeaseClock {
+            wall: E + 10_000,
+            mono,
+        };
+        assert_eq!(g.next(&at(0), 1000), Err(Refusal::NoLease));
+        g.take_lease(7, Some(9_000), 12_000, 500);
+        let id = g.next(&at(499), 1000).unwrap().id;
+        assert_eq!(parts(&g, id).machine, 7);
+        assert_eq!(parts(&g, id).time_ms, 10_000);
+        assert_eq!(g.next(&at(500), 1000), Err(Refusal::NoLease));
+        g.renew_lease(13_000, 900);
+        assert!(g.next(&at(500), 1000).is_ok());
+        g.drop_lease();
+        assert_eq!(g.next(&at(501), 1000), Err(Refusal::NoLease));
+        assert!(!ready(0).leased() && g.leased());
+    }
+
+    #[test]
+    fn a_lease_starts_above_its_floor_and_stays_below_its_ceiling() {
+        let g = ready(1);
+        g.next_exact(E + 1_000, 0).unwrap();
+        g.await_lease();
+        // The previous holder of machine 4 may have issued up to time 5000.
+        g.take_lease(4, Some(5_000), 5_002, i64::MAX - 1);
+        let clock = LeaseClock {
+            wall: E + 1_000,
+            mono: 0,
+        };
+        let first = g.next(&clock, 10_000).unwrap().id;
+        assert_eq!(
+            parts(&g, first),
+            Parts {
+                time_ms: 5_001,
+                machine: 4,
+                sequence: 0
+            }
+        );
+        for _ in 0..4095 {
+            g.next(&clock, 10_000).unwrap();
+        }
+        g.next(&clock, 10_000).unwrap(); // 5002, sequence 0
+        for _ in 0..4095 {
+            g.next(&clock, 10_000).unwrap();
+        }
+        assert_eq!(g.next(&clock, 10_000), Err(Refusal::AboveCeiling));
+        g.renew_lease(6_000, i64::MAX - 1);
+        assert_eq!(parts(&g, g.next(&clock, 10_000).unwrap().id).time_ms, 5_003);
+    }
+
+    /// Threads issue while the machine id is switched under them: every
+    /// ID of the new machine id is above the new floor, none repeats.
+    #[test]
+    fn switching_the_machine_id_never_mixes_ids_across_the_switch() {
+        let g = Arc::new(ready(2));
+        g.await_lease();
+        g.take_lease(2, None, i64::MAX / 4, i64::MAX - 1);
+        let floor = 50_000;
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let g = g.clone();
+                std::thread::spawn(move || {
+                    let clock = LeaseClock {
+                        wall: E + 1_000,
+                        mono: 0,
+                    };
+                    let mut ids = Vec::new();
+                    while ids.len() < 200_000 {
+                        match g.next(&clock, i64::MAX / 4) {
+                            Ok(issued) => ids.push(issued.id),
+                            Err(Refusal::NoLease) => std::hint::spin_loop(),
+                            Err(e) => panic!("{e:?}"),
+                        }
+                    }
+                    ids
+                })
+            })
+            .collect();
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        g.take_lease(9, Some(floor), i64::MAX / 4, i64::MAX - 1);
+        let mut seen = HashSet::new();
+        let mut switched = 0;
+        for t in threads {
+            let ids = t.join().unwrap();
+            assert!(ids.windows(2).all(|w| w[0] < w[1]));
+            for id in ids {
+                assert!(seen.insert(id), "{id} twice");
+                let p = parts(&g, id);
+                if p.machine == 9 {
+                    switched += 1;
+                    assert!(p.time_ms > floor, "{p:?} not above the floor");
+                } else {
+                    assert_eq!(p.machine, 2);
+                }
+            }
+        }
+        assert!(switched > 0);
     }
 
     #[test]

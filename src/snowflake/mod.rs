@@ -11,12 +11,15 @@
 //!   file, the keeper worker that persists the high-water mark.
 //! * `lease`: machine ids leased from a table on a central server — the
 //!   table, its SQL and the pure rules (claim, renew, stop, the successor's
-//!   floor); not wired to the generator yet.
+//!   floor).
+//! * `lease_keeper`: the worker that claims and renews this server's lease
+//!   through postgres_fdw and tells the generators.
 //! * `sql`, `status`: the SQL functions and the status view.
 
 pub mod generator;
 pub mod layout;
 pub mod lease;
+pub mod lease_keeper;
 pub mod shared;
 pub mod sql;
 pub mod state_file;

@@ -61,6 +61,14 @@ const KEEPER_WAIT_MIN_MS: i64 = 2 * KEEPER_RESTART.as_millis() as i64;
 pub struct SnowflakeConfig {
     pub layout: Layout,
     pub machine: i64,
+    /// `pg_idgen.machine_id = 'lease'`: the machine id comes from the lease
+    /// keeper (`lease_keeper.rs`).
+    pub lease: bool,
+}
+
+/// The settings, once `load_config` has run (in every process).
+pub fn config() -> Option<&'static SnowflakeConfig> {
+    CONFIG.get()
 }
 
 /// Parsed once, in the postmaster's `_PG_init`; every process forked from
@@ -138,13 +146,22 @@ pub fn load_config() {
         .raise()
     }
     let machine_text = setting_text(&gucs::MACHINE_ID);
+    if machine_text.trim().eq_ignore_ascii_case("lease") {
+        super::lease_keeper::check_settings();
+        let _ = CONFIG.set(SnowflakeConfig {
+            layout,
+            machine: 0,
+            lease: true,
+        });
+        return;
+    }
     let host = hostname();
     let machine = machine_id_from_setting(&machine_text, &host).unwrap_or_else(|problem| {
         IdgenError::BadSetting {
             name: "pg_idgen.machine_id",
             value: machine_text.clone(),
             problem,
-            hint: "Set it to a number, or to 'hostname' on hosts named like pg-3.".into(),
+            hint: "Set it to a number, to 'hostname' on hosts named like pg-3, or to 'lease' to lease one from a central server.".into(),
         }
         .raise()
     });
@@ -172,7 +189,11 @@ pub fn load_config() {
         }
     }
     // A second call (never made) would keep the first value.
-    let _ = CONFIG.set(SnowflakeConfig { layout, machine });
+    let _ = CONFIG.set(SnowflakeConfig {
+        layout,
+        machine,
+        lease: false,
+    });
 }
 
 /// The cluster's snowflake state.
@@ -187,6 +208,8 @@ pub struct Snowflake {
     keeper_pid: AtomicI32,
     /// The OS error of the keeper's last write, 0 when it succeeded.
     write_errno: AtomicI32,
+    /// With `pg_idgen.machine_id = 'lease'`: what the lease keeper holds.
+    pub lease: super::lease_keeper::LeaseShared,
 }
 
 static SNOWFLAKE: AtomicPtr<Snowflake> = AtomicPtr::new(null_mut());
@@ -294,7 +317,8 @@ pub unsafe fn attach(base: *mut u8, found: bool) {
                 ],
             );
         }
-        let javascript_ok = javascript_layout.check_machine(config.machine).is_ok();
+        let javascript_ok =
+            !config.lease && javascript_layout.check_machine(config.machine).is_ok();
         // SAFETY: the caller's promise: fresh memory of our size.
         unsafe {
             std::ptr::write(
@@ -310,9 +334,16 @@ pub unsafe fn attach(base: *mut u8, found: bool) {
                     keeper_latch: AtomicPtr::new(null_mut()),
                     keeper_pid: AtomicI32::new(0),
                     write_errno: AtomicI32::new(0),
+                    lease: super::lease_keeper::LeaseShared::new(),
                 },
             )
         };
+        if config.lease {
+            // SAFETY: just written above.
+            let written = unsafe { &*state };
+            written.main.await_lease();
+            written.javascript.await_lease();
+        }
     }
     SNOWFLAKE.store(state, Ordering::Release);
 }
@@ -367,9 +398,28 @@ impl WallClock for SystemClock {
         let coarse = read_clock(libc::CLOCK_REALTIME_COARSE);
         Some((coarse, coarse + coarse_slack_ms()))
     }
+
+    #[inline]
+    fn mono_ms(&self) -> i64 {
+        mono_now_ms()
+    }
+}
+
+/// The monotonic clock in ms (`CLOCK_MONOTONIC`: NTP slews its rate, never
+/// steps it), which lease deadlines are measured on.
+pub fn mono_now_ms() -> i64 {
+    read_clock(libc::CLOCK_MONOTONIC)
 }
 
 impl Snowflake {
+    fn wake_lease_keeper(&self) {
+        self.lease.wake();
+    }
+
+    fn lease_problem(&self) -> String {
+        self.lease.problem()
+    }
+
     fn wake_keeper(&self) {
         let latch = self.keeper_latch.load(Ordering::Acquire);
         if !latch.is_null() {
@@ -431,6 +481,20 @@ impl Snowflake {
                         }
                         .raise(),
                     }
+                }
+                Refusal::NoLease | Refusal::AboveCeiling => {
+                    self.wake_lease_keeper();
+                    if waited_ms >= max_wait {
+                        match refusal {
+                            Refusal::NoLease => IdgenError::SnowflakeNoLease {
+                                waited_ms,
+                                why: self.lease_problem(),
+                            }
+                            .raise(),
+                            _ => IdgenError::SnowflakeLeaseCeiling { waited_ms }.raise(),
+                        }
+                    }
+                    10
                 }
                 Refusal::NotPersisted => {
                     self.wake_keeper();

@@ -29,11 +29,19 @@ fn snowflake_status_rows() -> TableIterator<
         name!(persist_waits, i64),
         name!(ids_issued, i64),
         name!(keeper_pid, Option<i32>),
+        name!(lease_machine_id, Option<i64>),
+        name!(lease_until, Option<TimestampWithTimeZone>),
+        name!(lease_server, Option<String>),
+        name!(lease_problem, Option<String>),
     ),
 > {
     let state = snowflake_or_raise();
     // One row per generator.
     let keeper = state.keeper_pid();
+    let lease = &state.lease;
+    let leased = state.main.leased();
+    let lease_machine = lease.machine.load(Ordering::Acquire);
+    let lease_until = lease.until_unix_ms.load(Ordering::Acquire);
     let row = |name: &str, g: &Generator| {
         let layout = g.layout();
         let issued = g.stats.issued.load(Ordering::Relaxed) as i64;
@@ -55,6 +63,10 @@ fn snowflake_status_rows() -> TableIterator<
             g.stats.persist_waits.load(Ordering::Relaxed) as i64,
             issued,
             keeper,
+            (leased && lease_machine >= 0).then_some(lease_machine),
+            (leased && lease_machine >= 0 && lease_until > 0).then(|| to_timestamptz(lease_until)),
+            leased.then(|| lease.source.get()).filter(|s| !s.is_empty()),
+            if leased { lease.last_problem() } else { None },
         )
     };
     let mut rows = vec![row("default", &state.main)];

@@ -1,0 +1,189 @@
+"""Leased snowflake machine ids (pg_idgen.machine_id = 'lease'): servers
+take their machine id from one table on a central server through
+postgres_fdw, so no two live servers hold the same one. Each server is a
+throwaway cluster of its own; libfaketime sets one server's clock back."""
+
+import os
+import signal
+import threading
+import time
+
+import psycopg
+import pytest
+
+from conftest import assert_increasing, assert_unique, wait_for
+from test_snowflake import faketime_env
+
+LEASE_DDL = """CREATE TABLE idgen_machine_lease (
+    machine_id    int4 PRIMARY KEY CHECK (machine_id >= 0),
+    holder        text,
+    version       int8 NOT NULL DEFAULT 0,
+    lease_ms      int8 NOT NULL DEFAULT 0,
+    floor_unix_ms int8,
+    layout        text,
+    lease_until   timestamptz)"""
+
+LEASE_CONF = ("pg_idgen.machine_id = 'lease'", "pg_idgen.lease_duration = '3s'",
+              "pg_idgen.lease_margin = '200ms'", "pg_idgen.snowflake_max_wait = '500ms'")
+
+
+def central_server(make_cluster):
+    central = make_cluster(preload=False)
+    central.start()
+    central.sql(LEASE_DDL)
+    return central
+
+
+def leased_server(make_cluster, central, conf=(), env=None, start=True):
+    server = make_cluster(conf=(*LEASE_CONF, *conf))
+    if start:
+        start_leased(server, central, env)
+    return server
+
+
+def start_leased(server, central, env=None):
+    """Starts the server and gives it the foreign table its lease keeper
+    looks for (it retries until the table is there)."""
+    server.start(extra_env=env)
+    if not server.sql("SELECT 1 FROM pg_class WHERE relname = 'idgen_machine_lease'"):
+        for statement in [
+            "CREATE EXTENSION postgres_fdw",
+            f"CREATE SERVER central FOREIGN DATA WRAPPER postgres_fdw OPTIONS (host '{central.dir}', "
+            "port '5432', dbname 'postgres', connect_timeout '2')",
+            "CREATE USER MAPPING FOR postgres SERVER central OPTIONS (user 'postgres')",
+            "CREATE FOREIGN TABLE idgen_machine_lease (machine_id int4 NOT NULL, holder text, "
+            "version int8 NOT NULL, lease_ms int8 NOT NULL, floor_unix_ms int8, layout text, "
+            "lease_until timestamptz) SERVER central OPTIONS (table_name 'idgen_machine_lease')",
+        ]:
+            server.sql(statement)
+
+
+def lease_of(server):
+    rows = server.sql("SELECT lease_machine_id, lease_until, lease_server, lease_problem "
+                      "FROM snowflake_status WHERE generator = 'default'",
+                      dbname=server_db(server))
+    return rows[0] if rows else None
+
+
+def server_db(server):
+    if not getattr(server, "idgen_db", None):
+        server.idgen_db = server.new_database()
+    return server.idgen_db
+
+
+def holds_lease(server):
+    try:
+        return lease_of(server)[0] is not None
+    except psycopg.Error:
+        return False
+
+
+def draw(server, n):
+    return [r[0] for r in server.sql(
+        f"SELECT snowflake_nextval() FROM generate_series(1, {n})", dbname=server_db(server))]
+
+
+def machine_of(server, ids):
+    return {r[0] for r in server.sql(
+        "SELECT DISTINCT (snowflake_parse(i)).machine_id FROM unnest(%s::bigint[]) i", (ids,),
+        dbname=server_db(server))}
+
+
+def test_three_servers_starting_at_once_get_three_machine_ids(make_cluster):
+    central = central_server(make_cluster)
+    servers = [leased_server(make_cluster, central, start=False) for _ in range(3)]
+    threads = [threading.Thread(target=start_leased, args=(s, central)) for s in servers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for s in servers:
+        server_db(s)
+    assert wait_for(lambda: all(holds_lease(s) for s in servers), timeout=60), \
+        [lease_of(s) for s in servers]
+    leased = [lease_of(s)[0] for s in servers]
+    assert len(set(leased)) == 3, leased
+    everything = []
+    for s, machine in zip(servers, leased):
+        ids = draw(s, 20_000)
+        assert_increasing(ids)
+        assert machine_of(s, ids) == {machine}
+        everything += ids
+    assert_unique(everything)
+    holders = central.sql("SELECT machine_id FROM idgen_machine_lease WHERE holder IS NOT NULL "
+                          "ORDER BY 1")
+    assert sorted(leased) == [r[0] for r in holders]
+    (source,) = [lease_of(servers[0])[2]]
+    assert source and "central" in source
+
+
+def test_a_killed_server_keeps_its_id_until_expiry_and_a_successor_behind_in_time_never_repeats(
+        make_cluster):
+    # One machine bit: ids 0 and 1 only.
+    narrow = ("pg_idgen.snowflake_machine_bits = 1", "pg_idgen.snowflake_sequence_bits = 21")
+    central = central_server(make_cluster)
+    a = leased_server(make_cluster, central, conf=narrow)
+    c = leased_server(make_cluster, central, conf=narrow)
+    server_db(a), server_db(c)
+    assert wait_for(lambda: holds_lease(a) and holds_lease(c), timeout=60)
+    a_machine = lease_of(a)[0]
+    a_ids = draw(a, 50_000)
+    # kill -9 of A's postmaster: nobody gives its row up.
+    with open(os.path.join(a.data, "postmaster.pid")) as f:
+        os.kill(int(f.readline()), signal.SIGKILL)
+    (version_after_kill,), = central.sql(
+        "SELECT version FROM idgen_machine_lease WHERE machine_id = %s", (a_machine,))
+    # B: its clock 30 s behind A's, and a lead large enough to issue above
+    # A's ceiling at once.
+    b = leased_server(make_cluster, central,
+                      conf=(*narrow, "pg_idgen.snowflake_max_lead = '60s'"), start=False)
+    started = time.monotonic()
+    start_leased(b, central, env=faketime_env(-30))
+    server_db(b)
+    taken_over = lambda: central.sql(  # noqa: E731
+        "SELECT version FROM idgen_machine_lease WHERE machine_id = %s", (a_machine,))[0][0] \
+        != version_after_kill
+    assert wait_for(taken_over, timeout=60, interval=0.05), "B never took A's expired id"
+    waited = time.monotonic() - started
+    # B watches the row for A's lease duration (3 s) before it claims.
+    assert waited >= 3.0, f"A's id was taken over {waited:.2f} s after B started"
+    assert wait_for(lambda: holds_lease(b), timeout=30)
+    assert lease_of(b)[0] == a_machine
+    b_ids = draw(b, 50_000)
+    assert machine_of(b, b_ids) == {a_machine}
+    assert min(b_ids) > max(a_ids), "the successor issued an ID at or below the old holder's"
+    assert_unique(a_ids + b_ids)
+
+
+def test_a_holder_cut_off_from_the_central_server_stops_and_recovers(make_cluster):
+    central = central_server(make_cluster)
+    a = leased_server(make_cluster, central)
+    server_db(a)
+    assert wait_for(lambda: holds_lease(a), timeout=60)
+    before = draw(a, 10_000)
+    central.stop()
+    stopped = None
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            before += draw(a, 100)
+        except psycopg.Error as e:
+            stopped = e
+            break
+        time.sleep(0.05)
+    assert stopped is not None, "a server cut off from its lease went on issuing"
+    assert stopped.sqlstate == "55000", (stopped.sqlstate, str(stopped))
+    assert "lease" in str(stopped)
+    central.start()
+    after = []
+
+    def issuing():
+        try:
+            after.extend(draw(a, 1000))
+            return True
+        except psycopg.Error:
+            return False
+
+    assert wait_for(issuing, timeout=60, interval=0.2), lease_of(a)
+    assert_unique(before + after)
+    assert min(after) > max(before)
