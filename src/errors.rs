@@ -238,6 +238,11 @@ pub fn refill_problem_report(problem: &RefillProblem, tag: &str) -> StoredError 
                 format!("segment tag \"{tag}\" has no row on the central server (foreign table {foreign_table})"),
                 format!("Create it there (SELECT segment_create({}) on the central server), or segment_drop() it here.", quote_literal(tag)),
             ),
+            RefillProblem::ForeignTableGone { server } => (
+                ERRCODE_UNDEFINED_TABLE,
+                format!("segment tag \"{tag}\" is attached to server \"{server}\", but its foreign table was dropped"),
+                format!("Attach it again: SELECT segment_drop({0}); SELECT segment_attach({0}, {1});", quote_literal(tag), quote_literal(server)),
+            ),
             RefillProblem::StepNotPositive { step } => (
                 ERRCODE_INVALID_PARAMETER_VALUE,
                 format!("id_segment.step of segment tag \"{tag}\" is {step}, but it must be positive"),

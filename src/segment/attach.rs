@@ -88,19 +88,15 @@ fn segment_attach(
         .strip_suffix(".id_segment")
         .unwrap_or_else(|| IdgenError::ExtensionDropped.raise())
         .to_string();
-    let foreign_name = format!("{remote_schema}.{remote_table}@{server}");
+    let foreign_name = foreign_table_name(remote_schema, remote_table, server);
+    // One source per tag: checked under the tag's lock, which
+    // `segment_create` takes too, against committed rows.
+    distributor::lock_tag(table_oid, tag);
+    if distributor::tag_exists_latest(table_oid, tag.as_bytes(), false) {
+        IdgenError::TagExists { tag: tag.into() }.raise();
+    }
     let result = Spi::connect_mut(|client| -> Result<(), IdgenError> {
         check_server(client, server)?;
-        let local_row = client
-            .select(
-                &format!("SELECT 1 FROM {local_table} WHERE biz_tag OPERATOR(pg_catalog.=) $1"),
-                Some(1),
-                &[tag.into()],
-            )
-            .map_err(spi_failed("segment_attach: local row"))?;
-        if !local_row.is_empty() {
-            return Err(IdgenError::TagExists { tag: tag.into() });
-        }
         // The foreign table: made here, or one made before for the same
         // server and remote table.
         let existing = client
@@ -178,6 +174,21 @@ fn segment_attach(
     if let Err(e) = result {
         e.raise();
     }
+}
+
+/// The foreign table's name, `"<schema>.<table>@<server>"`, cut to fit
+/// PostgreSQL's 63 bytes with a hash of the whole that keeps different
+/// long names apart.
+fn foreign_table_name(remote_schema: &str, remote_table: &str, server: &str) -> String {
+    let full = format!("{remote_schema}.{remote_table}@{server}");
+    if full.len() <= 63 {
+        return full;
+    }
+    // FNV-1a, 32 bits: stable across builds and versions.
+    let hash = full.bytes().fold(0x811c_9dc5_u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    });
+    format!("{}~{hash:08x}", crate::errors::truncate_utf8(&full, 54))
 }
 
 fn quote_identifier(name: &str) -> String {

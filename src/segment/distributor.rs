@@ -90,22 +90,24 @@ struct RemoteSource {
 }
 
 /// The remote source of `tag`, if it has one (`id_segment_remote` sits in
-/// the schema of `id_segment`).
+/// the schema of `id_segment`): `Some(Err(server))` when the tag is
+/// attached but its foreign table was dropped.
 fn find_remote(
     client: &SpiClient<'_>,
     table: &Table,
     tag: &str,
-) -> Result<Option<RemoteSource>, pgrx::spi::Error> {
+) -> Result<Option<Result<RemoteSource, String>>, pgrx::spi::Error> {
     let Some(remote_table) = &table.remote_registry else {
         return Ok(None);
     };
     let rows = client.select(
         &format!(
             "SELECT pg_catalog.quote_ident(n.nspname) OPERATOR(pg_catalog.||) '.' \
-                    OPERATOR(pg_catalog.||) pg_catalog.quote_ident(c.relname), c.relowner \
+                    OPERATOR(pg_catalog.||) pg_catalog.quote_ident(c.relname), c.relowner, \
+                    r.server::pg_catalog.text \
                FROM {remote_table} r \
-               JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) r.foreign_table \
-               JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace \
+               LEFT JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) r.foreign_table \
+               LEFT JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace \
               WHERE r.biz_tag OPERATOR(pg_catalog.=) $1"
         ),
         Some(1),
@@ -115,13 +117,15 @@ fn find_remote(
         return Ok(None);
     }
     let row = rows.first();
-    Ok(match (row.get::<String>(1)?, row.get::<pg_sys::Oid>(2)?) {
-        (Some(qualified_name), Some(owner)) => Some(RemoteSource {
-            qualified_name,
-            owner,
-        }),
-        _ => None,
-    })
+    Ok(Some(
+        match (row.get::<String>(1)?, row.get::<pg_sys::Oid>(2)?) {
+            (Some(qualified_name), Some(owner)) => Ok(RemoteSource {
+                qualified_name,
+                owner,
+            }),
+            _ => Err(row.get::<String>(3)?.unwrap_or_default()),
+        },
+    ))
 }
 
 fn find_table(client: &SpiClient<'_>) -> Result<Option<Table>, pgrx::spi::Error> {
@@ -186,6 +190,10 @@ pub fn take_range(
             return Ok(Err(RefillProblem::NoExtension));
         };
         if let Some(remote) = find_remote(client, &table, tag)? {
+            let remote = match remote {
+                Ok(remote) => remote,
+                Err(server) => return Ok(Err(RefillProblem::ForeignTableGone { server })),
+            };
             client.update(
                 "SELECT pg_catalog.set_config('statement_timeout', $1, true)",
                 None,
@@ -301,10 +309,10 @@ pub enum RowState {
 /// A tag with no row in `id_segment` may be a remote one: its registration
 /// in `id_segment_remote` (same schema) answers then.
 pub fn row_state(table_oid: u32, tag: &[u8]) -> RowState {
-    match row_state_in(table_oid, tag) {
+    match row_state_in(table_oid, tag, false) {
         RowState::Missing => match remote_table_oid(table_oid) {
             0 => RowState::Missing,
-            remote => match row_state_in(remote, tag) {
+            remote => match row_state_in(remote, tag, false) {
                 RowState::NoTable => RowState::Missing,
                 state => state,
             },
@@ -334,8 +342,47 @@ fn remote_table_oid(table_oid: u32) -> u32 {
     }
 }
 
-/// `row_state` in one table whose first column (and primary key) is the tag.
-fn row_state_in(table_oid: u32, tag: &[u8]) -> RowState {
+/// Whether `tag` has a row in `id_segment_remote` (`remote = true`) or in
+/// `id_segment` beside table `table_oid`, committed by anyone or written by
+/// the calling transaction: read with the latest snapshot, not the
+/// transaction's, so that after `lock_tag` the row of a transaction that
+/// committed meanwhile counts too, at any isolation level.
+pub fn tag_exists_latest(table_oid: u32, tag: &[u8], remote: bool) -> bool {
+    let relid = match remote {
+        true => remote_table_oid(table_oid),
+        false => table_oid,
+    };
+    relid != 0
+        && matches!(
+            row_state_in(relid, tag, true),
+            RowState::Free | RowState::HeldByCaller
+        )
+}
+
+/// Serialises `segment_create` and `segment_attach` of one tag in one
+/// database until the end of the calling transaction, so that a tag never
+/// gets both a local row and a remote source.
+pub fn lock_tag(table_oid: u32, tag: &str) {
+    let locked = Spi::connect_mut(|client| {
+        client.update(
+            "SELECT pg_catalog.pg_advisory_xact_lock($1, pg_catalog.hashtext($2))",
+            None,
+            &[(table_oid as i32).into(), tag.into()],
+        )?;
+        Ok::<_, pgrx::spi::Error>(())
+    });
+    if let Err(e) = locked {
+        crate::errors::IdgenError::Internal {
+            context: "lock_tag",
+            message: e.to_string(),
+        }
+        .raise();
+    }
+}
+
+/// `row_state` in one table whose first column (and primary key) is the
+/// tag, with the caller's snapshot (or the latest one).
+fn row_state_in(table_oid: u32, tag: &[u8], latest: bool) -> RowState {
     let tag = std::ffi::CString::new(tag).unwrap_or_default();
     // SAFETY: inside a transaction with an active snapshot (a SQL function
     // call); every open/begin is matched by its close/end below, and an
@@ -358,7 +405,9 @@ fn row_state_in(table_oid: u32, tag: &[u8]) -> RowState {
             pg_sys::Oid::from(pg_sys::F_TEXTEQ),
             pg_sys::Datum::from(pg_sys::cstring_to_text(tag.as_ptr())),
         );
-        let snapshot = if pg_sys::ActiveSnapshotSet() {
+        let snapshot = if latest {
+            pg_sys::GetLatestSnapshot()
+        } else if pg_sys::ActiveSnapshotSet() {
             pg_sys::GetActiveSnapshot()
         } else {
             pg_sys::GetTransactionSnapshot()

@@ -17,7 +17,7 @@
 //! `plan_range` checks a row read from `id_segment` and works out the range
 //! a refill takes from it.
 
-use super::chain::{ChainStatus, MAX_RANGE_LEN};
+use super::chain::{ChainStatus, MAX_RANGE_LEN, RING};
 
 /// Offset in a range of `len` IDs whose taker wakes the worker: the ID that
 /// brings the range to `percent` used.
@@ -134,13 +134,27 @@ impl Prefetcher {
 
     /// Steps the next refill should take, or `None` when the chain holds
     /// enough: below the safe distance, or past the double buffer's mark.
+    ///
+    /// The chain holds at most `RING - 1` ranges ahead of the current one,
+    /// so a refill is never planned when they are all there (its range
+    /// could not be published: a gap, and a wasted update of the row), and
+    /// each refill takes at least a quarter of the distance, so that a long
+    /// horizon (a remote tag's) is met in a few ranges, not by topping up
+    /// a little at every pass until the ring is full.
     pub fn plan(&self, status: &ChainStatus, step: u64, percent: u32) -> Option<u64> {
         let step = step.max(1);
         let remaining = status.remaining();
         if remaining >= self.distance && !needs_refill(status, percent) {
             return None;
         }
-        let wanted = self.distance.saturating_sub(remaining).max(step);
+        if status.ranges_ahead >= RING as u64 - 1 {
+            return None;
+        }
+        let wanted = self
+            .distance
+            .saturating_sub(remaining)
+            .max(self.distance / 4)
+            .max(step);
         Some(wanted.div_ceil(step))
     }
 }
@@ -159,6 +173,10 @@ pub enum RefillProblem {
     /// A remote tag's row is missing on the central server.
     NoRemoteRow {
         foreign_table: String,
+    },
+    /// A remote tag's foreign table was dropped.
+    ForeignTableGone {
+        server: String,
     },
     StepNotPositive {
         step: i64,
@@ -356,6 +374,32 @@ mod tests {
             fast * 10.0 < slow,
             "{fast} updates per million IDs at 10M/s vs {slow} at 10k/s"
         );
+    }
+
+    /// A long horizon topped up at every pass (a remote tag whose callers
+    /// take a little between passes) never asks for more ranges than the
+    /// ring can hold: every range planned can be published.
+    #[test]
+    fn refills_never_outrun_the_ring() {
+        let mut p = Prefetcher::new();
+        p.observe(0, 0, 0, 100, 10_000_000, 60_000);
+        p.observe(1000, 100_000, 0, 100, 10_000_000, 60_000);
+        let chain = crate::segment::chain::RangeChain::new();
+        let mut next_first = 1;
+        for _ in 0..1000 {
+            // Callers take a few IDs between passes.
+            for _ in 0..50 {
+                chain.take();
+            }
+            if let Some(steps) = p.plan(&chain.status(), 100, 80) {
+                let len = steps * 100;
+                chain
+                    .publish(next_first, len, mark_offset(len, 80))
+                    .expect("a planned range fits the ring");
+                next_first += len as i64;
+            }
+        }
+        assert!(chain.status().remaining() >= p.distance() / 2);
     }
 
     /// A tag whose ranges come from another server keeps a longer horizon

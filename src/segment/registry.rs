@@ -64,6 +64,9 @@ pub struct SlotStats {
     /// Meanwhile calls fall back at once instead of each waiting out
     /// `refill_timeout` again.
     pub falling_back: AtomicBool,
+    /// When a falling-back call last asked the worker for a range (ms):
+    /// at most once a second, so the worker's back-off holds.
+    pub fallback_asked_at_ms: AtomicI64,
 }
 
 #[repr(C)]
@@ -608,6 +611,7 @@ impl Slot {
         s.last_refill_at.store(0, Ordering::Relaxed);
         s.fallback_warned_at_ms.store(0, Ordering::Relaxed);
         s.falling_back.store(false, Ordering::Relaxed);
+        s.fallback_asked_at_ms.store(0, Ordering::Relaxed);
     }
 
     /// Publishes a committed range (exclusive lock held). If the slot was

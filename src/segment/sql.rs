@@ -266,8 +266,20 @@ fn next_id_slow(
     check_row(table_oid, tag);
     // Falling back already: no new range since a call waited in vain.
     if gucs::SNOWFLAKE_FALLBACK.get() && slot.stats.falling_back.load(Ordering::Relaxed) {
-        if let Err(e) = request_refill(registry, index) {
-            e.raise();
+        // Ask the worker now and then only: each ask skips its back-off,
+        // and a central server in trouble should not see a retry storm.
+        let now = super::registry::now_ms();
+        let asked = slot.stats.fallback_asked_at_ms.load(Ordering::Relaxed);
+        if now - asked >= 1000
+            && slot
+                .stats
+                .fallback_asked_at_ms
+                .compare_exchange(asked, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            if let Err(e) = request_refill(registry, index) {
+                e.raise();
+            }
         }
         return Some(fallback_id(slot, tag, Duration::ZERO, "still no new range"));
     }
@@ -576,15 +588,16 @@ fn segment_create(
          VALUES ($1, $2, $3, 0, pg_catalog.now()) ON CONFLICT (biz_tag) DO NOTHING",
         table_name(table_oid)
     );
-    // A tag attached to a central server has its one source there.
-    let attached = distributor::remote_table_name(table_oid)
-        .map(|remote| format!("SELECT 1 FROM {remote} WHERE biz_tag OPERATOR(pg_catalog.=) $1"));
-    let inserted = Spi::connect_mut(|client| {
-        if let Some(attached) = &attached {
-            if !client.select(attached, Some(1), &[tag.into()])?.is_empty() {
-                return Ok(0);
-            }
+    // A tag attached to a central server has its one source there
+    // (checked under the tag's lock: see `distributor::lock_tag`).
+    distributor::lock_tag(table_oid, tag);
+    if distributor::tag_exists_latest(table_oid, tag.as_bytes(), true) {
+        IdgenError::TagExists {
+            tag: tag.to_string(),
         }
+        .raise();
+    }
+    let inserted = Spi::connect_mut(|client| {
         client
             .update(
                 insert.as_str(),

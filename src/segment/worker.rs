@@ -372,7 +372,8 @@ fn refill(
                     sqlstate: PgSqlErrorCode::ERRCODE_INTERNAL_ERROR as i32,
                     message: format!(
                         "range {}..{} of segment tag \"{tag}\" could not be cached: {e:?}",
-                        granted.first, granted.len
+                        granted.first,
+                        granted.first + (granted.len as i64 - 1)
                     ),
                     hint: "This is a bug in pg_idgen; the range is skipped and no ID repeats."
                         .into(),
@@ -382,7 +383,10 @@ fn refill(
         Ok(Ok(Err(problem))) => {
             let gone = matches!(
                 problem,
-                RefillProblem::NoRow | RefillProblem::NoRemoteRow { .. } | RefillProblem::NoExtension
+                RefillProblem::NoRow
+                    | RefillProblem::NoRemoteRow { .. }
+                    | RefillProblem::ForeignTableGone { .. }
+                    | RefillProblem::NoExtension
             );
             let error = refill_problem_report(&problem, tag);
             if gone {

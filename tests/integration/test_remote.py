@@ -303,3 +303,82 @@ def test_the_readme_sharding_example_gives_every_row_its_own_ids(make_cluster):
     (machines,), = coordinator.sql("SELECT count(DISTINCT event_id >> 12 & 1023) FROM orders",
                                    dbname=coord_db)
     assert machines == 2
+
+
+@pytest.mark.parametrize("first", ["create", "attach"])
+def test_a_tag_created_and_attached_at_once_gets_one_source(make_cluster, first):
+    """segment_create in an open transaction that has drawn IDs, and
+    segment_attach of the same tag in another session (or the other way
+    round): the second waits for the first and is refused, so the tag
+    never draws from both its local row and the central one."""
+    central, central_db, [(shard, db)] = central_and_shards(make_cluster, shards=1)
+    central.sql("SELECT segment_create('x', step => 10)", dbname=central_db)
+    holder = shard.connect(db, autocommit=False)
+    if first == "create":
+        holder.execute("SELECT segment_create('x')")
+        drawn = [r[0] for r in holder.execute(
+            "SELECT segment_nextval('x') FROM generate_series(1, 5)")]
+        second = "SELECT segment_attach('x', 'central')"
+    else:
+        holder.execute("SELECT segment_attach('x', 'central')")
+        drawn = []
+        second = "SELECT segment_create('x')"
+    outcome = {}
+
+    def run_second():
+        try:
+            shard.sql(second, dbname=db)
+            outcome["ok"] = True
+        except psycopg.Error as e:
+            outcome["error"] = e
+
+    t = threading.Thread(target=run_second)
+    t.start()
+    t.join(timeout=1.0)
+    assert t.is_alive(), f"the second call did not wait for the first: {outcome}"
+    holder.commit()
+    holder.close()
+    t.join(timeout=30)
+    assert "error" in outcome, "both a local row and a remote source were made"
+    assert outcome["error"].sqlstate == "42710", outcome["error"]
+    (local,), = shard.sql("SELECT count(*) FROM id_segment WHERE biz_tag = 'x'", dbname=db)
+    (remote,), = shard.sql("SELECT count(*) FROM id_segment_remote WHERE biz_tag = 'x'", dbname=db)
+    assert (local, remote) == ((1, 0) if first == "create" else (0, 1))
+    ids = drawn + draw(shard, db, 30, tag="x")
+    assert_unique(ids)
+
+
+def test_long_server_names_and_a_dropped_foreign_table(make_cluster):
+    central, central_db, [(shard, db)] = central_and_shards(make_cluster, shards=1)
+    for tag in ("a", "b"):
+        central.sql(f"SELECT segment_create('{tag}', step => 10)", dbname=central_db)
+    long_name = "central_" + "x" * 50
+    for suffix in ("1", "2"):
+        shard.sql(f"CREATE SERVER {long_name}{suffix} FOREIGN DATA WRAPPER postgres_fdw OPTIONS "
+                  f"(host '{central.dir}', port '5432', dbname '{central_db}', connect_timeout '2')",
+                  dbname=db)
+        shard.sql(f"CREATE USER MAPPING FOR CURRENT_USER SERVER {long_name}{suffix} "
+                  "OPTIONS (user 'postgres')", dbname=db)
+    # Two tags through one long-named server, one through another whose
+    # name shares its first 63 bytes.
+    shard.sql(f"SELECT segment_attach('a', '{long_name}1')", dbname=db)
+    shard.sql(f"SELECT segment_attach('b', '{long_name}1')", dbname=db)
+    central.sql("SELECT segment_create('c', step => 10)", dbname=central_db)
+    shard.sql(f"SELECT segment_attach('c', '{long_name}2')", dbname=db)
+    tables = shard.sql("SELECT count(*) FROM pg_foreign_table", dbname=db)[0][0]
+    assert tables == 3  # orders' own, and one per long-named server
+    for tag in ("a", "b", "c"):
+        ids = draw(shard, db, 50, tag=tag)
+        assert_increasing(ids)
+        (max_id,), = central.sql("SELECT max_id FROM id_segment WHERE biz_tag = %s", (tag,),
+                                 dbname=central_db)
+        assert max(ids) <= max_id
+    # The foreign table dropped under an attached tag: a clear error.
+    (foreign,), = shard.sql("SELECT foreign_table::text FROM id_segment_remote WHERE biz_tag = 'c'",
+                            dbname=db)
+    shard.sql(f"DROP FOREIGN TABLE {foreign}", dbname=db)
+    shard.restart()
+    with pytest.raises(psycopg.Error) as caught:
+        draw(shard, db, 1, tag="c")
+    assert caught.value.sqlstate == "42P01", caught.value
+    assert "foreign table was dropped" in str(caught.value)

@@ -63,6 +63,9 @@ class Cluster:
 
     def start(self, extra_env=None):
         env = {k: v for k, v in os.environ.items() if not k.startswith("RUST_")}
+        # The server's own lib directory first: the relocatable 16-18 builds
+        # carry their libpq there, which postgres_fdw needs.
+        env["LD_LIBRARY_PATH"] = os.path.join(os.path.dirname(PG_BIN.rstrip("/")), "lib")
         env.update(extra_env or {})
         _as_postgres(
             f"{PG_BIN}/pg_ctl", "-D", self.data, "-l", self.log_path, "-w", "-t", "60", "start",

@@ -27,7 +27,10 @@ cluster_init() {
 cluster_start() {
     local dir=$1
     # No Rust backtraces in error DETAILs: clients see PostgreSQL's messages.
-    env -u RUST_BACKTRACE -u RUST_LIB_BACKTRACE \
+    # The server's own lib directory first: the relocatable 16-18 builds
+    # carry their libpq there, which postgres_fdw needs (the system's is
+    # older).
+    env -u RUST_BACKTRACE -u RUST_LIB_BACKTRACE LD_LIBRARY_PATH="$PG_BIN/../lib" \
         runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 start >/dev/null \
         || { tail -20 "$dir/server.log"; return 1; }
 }
