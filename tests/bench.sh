@@ -1,26 +1,37 @@
 #!/usr/bin/env bash
 # The benchmark: pg_idgen against native sequences, identity and UUIDs, in
 # one run on a throwaway cluster (see tests/bench/bench.py for what it
-# measures). Full run: under 15 minutes on 2 cores; `--quick` for a smoke
-# run. The full run writes tests/bench/results/ and, with
-# --update-readme, the README's benchmark table (which names the
-# PostgreSQL version it ran on).
+# measures), then tags attached to a slow central server (two shards, see
+# tests/bench/remote.py). Full run: under 15 minutes on 2 cores, and under
+# a minute more for the remote part; `--quick`
+# for a smoke run; `--only bench` or `--only remote` for one of the two.
+# The full run writes tests/bench/results/ and, with --update-readme, the
+# README's benchmark tables (which name the PostgreSQL version they ran
+# on and the command that made them).
 #
-#   bash tests/bench.sh [--pg 15|16|17|18] [--quick] [--update-readme]
+#   bash tests/bench.sh [--pg 15|16|17|18] [--only bench|remote] [--quick] [--update-readme]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
 
 major=15
+only=
 args=()
 while (($#)); do
     case $1 in
         --pg) major=$2; shift 2 ;;
+        --only) only=$2; shift 2 ;;
         *) args+=("$1"); shift ;;
     esac
 done
+case $only in
+    ''|bench|remote) ;;
+    *) echo "--only takes bench or remote, not '$only'" >&2; exit 2 ;;
+esac
 
-bash tests/setup.sh
+# Not setup.sh's own install (into PostgreSQL 15): the build for the
+# version asked for is installed below.
+PG_IDGEN_SETUP_INSTALL=0 bash tests/setup.sh
 source tests/pg_versions.sh
 require_pg "$major"
 pg_config=$(pg_config_for "$major")
@@ -42,5 +53,13 @@ if ! .venv/bin/python -c 'import matplotlib' 2>/dev/null; then
     .venv/bin/pip install -q --disable-pip-version-check -r tests/bench/requirements.txt
 fi
 
-echo; echo "== benchmark"
-exec .venv/bin/python tests/bench/bench.py "${args[@]}"
+# The scripts name the command in their tables.
+export PG_IDGEN_BENCH_COMMAND="bash tests/bench.sh --pg $major${only:+ --only $only}"
+if [[ -z $only || $only == bench ]]; then
+    echo; echo "== benchmark"
+    .venv/bin/python tests/bench/bench.py "${args[@]}"
+fi
+if [[ -z $only || $only == remote ]]; then
+    echo; echo "== benchmark: tags attached to a slow central server"
+    .venv/bin/python tests/bench/remote.py "${args[@]}"
+fi

@@ -6,7 +6,10 @@ throwaway cluster, interleaved, reported as ratios and marginal costs.
 1. Marginal cost per ID inside one backend: time of
    `SELECT count(f()) FROM generate_series(1, N)` minus the bare
    `SELECT count(*) FROM generate_series(1, N)`, divided by N, over several
-   interleaved rounds (median and spread).
+   interleaved rounds (median and spread). One tag is attached to a second
+   throwaway cluster (the central server, through postgres_fdw) and
+   measured beside the local tag of the same step: the fast path with
+   either source of ranges.
 2. INSERT throughput with pgbench at 1, 2, 8 and 32 clients into
    `id <type> PRIMARY KEY DEFAULT <generator>` plus a small payload; TPS
    and latency percentiles from pgbench's per-transaction log.
@@ -52,6 +55,9 @@ def progress(message):
 # --------------------------------------------------------------------------
 # 1. Marginal cost per ID
 
+REMOTE_LABEL = "segment_nextval, step 100,000, attached to a central server"
+LOCAL_TWIN = "segment_nextval, step 100,000"
+
 # (label, expression, share of N): the JavaScript-safe layout holds 256 IDs
 # per ms, so it runs on a smaller N to stay within its lead.
 SCALAR_COMPETITORS = [
@@ -59,6 +65,7 @@ SCALAR_COMPETITORS = [
     ("segment_nextval, step 100", "segment_nextval('step100')", 1.0),
     ("segment_nextval, step 1,000", "segment_nextval('step1000')", 1.0),
     ("segment_nextval, step 100,000", "segment_nextval('step100000')", 1.0),
+    (REMOTE_LABEL, "segment_nextval('remote100000')", 1.0),
     ("snowflake_nextval()", "snowflake_nextval()", 1.0),
     ("snowflake_js_nextval()", "snowflake_js_nextval()", 0.1),
     ("nextval, CACHE 1", "nextval('seq_cache1')", 1.0),
@@ -66,6 +73,27 @@ SCALAR_COMPETITORS = [
     ("gen_random_uuid()", "gen_random_uuid()", 1.0),
 ]
 SETOF_LABEL = "segment_nextval(tag, n), step 1,000"
+
+
+def bench_command(quick, script="bench.py"):
+    """The command that made a table: bench.sh says how it was called."""
+    command = os.environ.get("PG_IDGEN_BENCH_COMMAND", f"python tests/bench/{script}")
+    return command + (" --quick" if quick else "")
+
+
+def attach_central(cluster, central):
+    """A tag whose ranges come from the central cluster's id_segment."""
+    central.sql("CREATE DATABASE ids")
+    central.sql("CREATE EXTENSION pg_idgen", dbname="ids")
+    central.sql("SELECT segment_create('remote100000', step => 100000)", dbname="ids")
+    for statement in [
+        "CREATE EXTENSION postgres_fdw",
+        f"CREATE SERVER central FOREIGN DATA WRAPPER postgres_fdw OPTIONS (host '{central.dir}', "
+        "dbname 'ids', connect_timeout '5')",
+        "CREATE USER MAPPING FOR CURRENT_USER SERVER central OPTIONS (user 'postgres')",
+        "SELECT segment_attach('remote100000', 'central')",
+    ]:
+        cluster.sql(statement, dbname="bench")
 
 
 def timed(conn, query):
@@ -81,6 +109,11 @@ def marginal_costs(cluster, n, rounds):
     bare_ns = []
     snowflake_rates = []
     with cluster.connect("bench") as conn:
+        # Each tag's first range (and the attached tag's connection to the
+        # central server) is taken here, not in round 1.
+        for _, expr, _ in SCALAR_COMPETITORS:
+            if expr.startswith("segment_nextval("):
+                conn.execute(f"SELECT {expr}").fetchall()
         bare = lambda count: timed(conn, f"SELECT count(*) FROM generate_series(1, {count})")
         for round_no in range(1, rounds + 1):
             work = [(label, expr, share) for label, expr, share in SCALAR_COMPETITORS]
@@ -210,10 +243,10 @@ def ceiling():
 # --------------------------------------------------------------------------
 # Output
 
-def describe_machine(cluster):
+def describe_machine(cluster, dbname="bench"):
     cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
                platform.processor())
-    (pg_version,), = cluster.sql("SELECT version()", dbname="bench")[0:1]
+    (pg_version,), = cluster.sql("SELECT version()", dbname=dbname)[0:1]
     rustc = subprocess.run(["rustc", "--version"], capture_output=True, text=True).stdout.strip()
     commit = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"],
                             capture_output=True, text=True).stdout.strip()
@@ -245,7 +278,18 @@ def markdown(results, mode):
         ratio = reference / median if median > 0 else float("inf")
         lines.append(f"| {label} | {median:.1f} | {spread(values)} | {ratio:.1f}× |")
     rates = results["snowflake_ids_per_second"]
+    local, remote = (statistics.median(costs[k]) for k in (LOCAL_TWIN, REMOTE_LABEL))
+    bare = statistics.median(results["bare_ns"])
     lines += [
+        "",
+        f"The tag attached to a central server (`segment_attach`, postgres_fdw to a second cluster) costs "
+        f"{remote:.1f} ns per ID against {local:.1f} ns for the local tag of the same step, in the same run: "
+        f"{remote - local:+.1f} ns, a ratio of "
+        + (f"{remote / local:.2f}×" if local > 0 and remote > 0
+           else "— (a median at or below zero: the noise is larger than the cost)")
+        + " on the marginal cost "
+        f"({(bare + remote) / (bare + local):.2f}× on the whole call with the bare query). The calls "
+        "themselves never reach the central server; only the refill worker does.",
         "",
         f"snowflake_nextval() in one backend over {results['n']:,} IDs: "
         f"{statistics.median(rates) / 1e6:.1f} M IDs/s ({statistics.median(rates) / 4_096_000:.0%} of the layout's "
@@ -344,12 +388,14 @@ def plots(results, out):
                     "SELECT f() latency at 8 clients: the refill in the tail", "tail.png")
 
 
-def update_readme(table):
+def update_readme(table, marker="bench"):
+    """Replaces what stands between the README's <!-- MARKER:start --> and
+    <!-- MARKER:end -->."""
     path = os.path.join(REPO, "README.md")
     text = open(path).read()
-    start, end = "<!-- bench:start -->", "<!-- bench:end -->"
+    start, end = f"<!-- {marker}:start -->", f"<!-- {marker}:end -->"
     if start not in text or end not in text:
-        raise SystemExit("README.md has no benchmark markers")
+        raise SystemExit(f"README.md has no {start} ... {end} markers")
     head, rest = text.split(start, 1)
     _, tail = rest.split(end, 1)
     with open(path, "w") as f:
@@ -370,10 +416,12 @@ def main():
 
     cluster = Cluster(conf=["shared_buffers = '512MB'", "synchronous_commit = off", "max_wal_size = '8GB'",
                             "checkpoint_timeout = '30min'", "max_connections = 100"], name="pg_idgen-bench.")
+    central = Cluster(name="pg_idgen-bench-central.")
     workdir = tempfile.mkdtemp(prefix="pg_idgen-bench-work.")
     os.chmod(workdir, 0o777)
     try:
         cluster.start()
+        central.start()
         cluster.sql("CREATE DATABASE bench")
         setup = ["CREATE EXTENSION pg_idgen", "CREATE EXTENSION idgen_floor",
                  "CREATE SEQUENCE seq_cache1", "CREATE SEQUENCE seq_cache100 CACHE 100"]
@@ -384,9 +432,10 @@ def main():
             setup.append(f"CREATE TABLE {table_name(label)} (id {column}, payload text NOT NULL)")
         for statement in setup:
             cluster.sql(statement, dbname="bench")
+        attach_central(cluster, central)
         progress(f"{mode} run; cluster in {cluster.dir}; results to {out}")
 
-        results = {"command": "bash tests/bench.sh" + (" --quick" if args.quick else ""),
+        results = {"command": bench_command(args.quick),
                    "n": settings["n"], "rounds": settings["rounds"],
                    "insert_seconds": settings["insert_seconds"], "tail_seconds": settings["tail_seconds"]}
         results["machine"] = describe_machine(cluster)
@@ -397,6 +446,7 @@ def main():
         results["tail"], results["tail_waits"] = refill_tail(cluster, settings["tail_seconds"], workdir)
     finally:
         cluster.destroy()
+        central.destroy()
         subprocess.run(["rm", "-rf", workdir])
 
     table = markdown(results, mode)

@@ -28,6 +28,18 @@ def _as_postgres(*args, env=None, check=True, **kwargs):
     )
 
 
+def _own_libpq():
+    """The relocatable builds of PostgreSQL 16-18 (tests/setup.sh) carry
+    their own libpq, but their postgres_fdw.so looks for it under the
+    build's prefix (RUNPATH /opt/postgresql/lib) and so loads Debian's
+    older one, which lacks what a newer postgres_fdw needs (PostgreSQL 17:
+    `undefined symbol: PQcancelStart`). Point the server at its own."""
+    lib = os.path.join(os.path.dirname(PG_BIN), "lib")
+    if not os.path.exists(os.path.join(lib, "libpq.so.5")):
+        return {}  # Debian's PostgreSQL uses the system's libpq
+    return {"LD_LIBRARY_PATH": ":".join(filter(None, [lib, os.environ.get("LD_LIBRARY_PATH")]))}
+
+
 class Cluster:
     def __init__(self, conf=(), preload=True, name="pg_idgen-it."):
         self.dir = tempfile.mkdtemp(prefix=name)
@@ -63,9 +75,7 @@ class Cluster:
 
     def start(self, extra_env=None):
         env = {k: v for k, v in os.environ.items() if not k.startswith("RUST_")}
-        # The server's own lib directory first: the relocatable 16-18 builds
-        # carry their libpq there, which postgres_fdw needs.
-        env["LD_LIBRARY_PATH"] = os.path.join(os.path.dirname(PG_BIN.rstrip("/")), "lib")
+        env.update(_own_libpq())
         env.update(extra_env or {})
         _as_postgres(
             f"{PG_BIN}/pg_ctl", "-D", self.data, "-l", self.log_path, "-w", "-t", "60", "start",
