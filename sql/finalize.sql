@@ -8,6 +8,7 @@ REVOKE ALL ON FUNCTION segment_nextval(text, int) FROM PUBLIC;
 REVOKE ALL ON FUNCTION segment_create(text, bigint, int) FROM PUBLIC;
 REVOKE ALL ON FUNCTION segment_drop(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION segment_attach(text, text, text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION segment_reserve(text, int) FROM PUBLIC;
 
 -- source: where the tag's ranges come from, 'local' or the postgres_fdw
 -- server (known for the tags of the database the view is read in).

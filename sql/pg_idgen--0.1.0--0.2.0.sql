@@ -96,3 +96,16 @@ REVOKE ALL ON segment_status FROM PUBLIC;
 REVOKE ALL ON FUNCTION segment_status() FROM PUBLIC;
 GRANT SELECT ON segment_status TO pg_monitor;
 GRANT EXECUTE ON FUNCTION segment_status() TO pg_monitor;
+
+-- Applications as clients: contiguous blocks of IDs in one round trip
+-- (src/segment/sql.rs), and base62 short codes (src/base62.rs).
+CREATE FUNCTION segment_reserve(tag text, n int) RETURNS TABLE (first bigint, last bigint)
+    VOLATILE PARALLEL UNSAFE
+    LANGUAGE c AS 'MODULE_PATHNAME', 'segment_reserve_wrapper';
+REVOKE ALL ON FUNCTION segment_reserve(text, int) FROM PUBLIC;
+CREATE FUNCTION idgen_base62(id bigint) RETURNS text
+    IMMUTABLE STRICT PARALLEL SAFE
+    LANGUAGE c AS 'MODULE_PATHNAME', 'idgen_base62_wrapper';
+CREATE FUNCTION idgen_base62_decode(code text) RETURNS bigint
+    IMMUTABLE STRICT PARALLEL SAFE
+    LANGUAGE c AS 'MODULE_PATHNAME', 'idgen_base62_decode_wrapper';

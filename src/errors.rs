@@ -36,6 +36,14 @@ pub enum IdgenError {
     BadCount {
         n: i32,
     },
+    BadReserveCount {
+        n: i32,
+        max: i32,
+    },
+    BadBase62 {
+        input: String,
+        problem: crate::base62::Base62Error,
+    },
     ReadOnly {
         function: &'static str,
     },
@@ -306,6 +314,13 @@ impl IdgenError {
             IdgenError::BadStep { .. } => ERRCODE_INVALID_PARAMETER_VALUE,
             IdgenError::BadStart { .. } => ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE,
             IdgenError::BadCount { .. } => ERRCODE_INVALID_PARAMETER_VALUE,
+            IdgenError::BadReserveCount { .. } => ERRCODE_INVALID_PARAMETER_VALUE,
+            IdgenError::BadBase62 { problem, .. } => match problem {
+                crate::base62::Base62Error::Negative(_) | crate::base62::Base62Error::Overflow => {
+                    ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE
+                }
+                _ => ERRCODE_INVALID_TEXT_REPRESENTATION,
+            },
             IdgenError::ReadOnly { .. } => ERRCODE_READ_ONLY_SQL_TRANSACTION,
             IdgenError::DuringRecovery { .. } => ERRCODE_READ_ONLY_SQL_TRANSACTION,
             IdgenError::TooManyTags { .. } => ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
@@ -375,6 +390,23 @@ impl IdgenError {
                 format!("start must be between 1 and 9223372036854775807, got {start}")
             }
             IdgenError::BadCount { n } => format!("number of IDs must not be negative, got {n}"),
+            IdgenError::BadBase62 { input, problem } => {
+                use crate::base62::Base62Error::*;
+                let input = truncate_utf8(input, 40);
+                match problem {
+                    Negative(n) => format!("{n} has no base62 code: it is negative"),
+                    Empty => "an empty string is not a base62 code".into(),
+                    BadCharacter { character, position } => format!(
+                        "invalid base62 code \"{input}\": character \"{character}\" at position {position} is not one of 0-9, A-Z, a-z"
+                    ),
+                    Overflow => format!(
+                        "base62 code \"{input}\" stands for a number larger than the largest bigint (AzL8n0Y58m7)"
+                    ),
+                }
+            }
+            IdgenError::BadReserveCount { n, max } => {
+                format!("number of IDs to reserve must be from 1 to {max}, got {n}")
+            }
             IdgenError::ReadOnly { function } => {
                 format!("cannot execute {function} in a read-only transaction")
             }
@@ -485,6 +517,15 @@ impl IdgenError {
             IdgenError::BadStep { .. } => "Pass step => a positive integer; the default is 1000.".into(),
             IdgenError::BadStart { .. } => "Pass start => a positive bigint; the default is 1.".into(),
             IdgenError::BadCount { .. } => "Ask for 0 or more IDs.".into(),
+            IdgenError::BadBase62 { problem, .. } => match problem {
+                crate::base62::Base62Error::Negative(_) => {
+                    "Only IDs of 0 and above have a code; segment and snowflake IDs always are.".into()
+                }
+                _ => "A code is 1 to 11 characters of 0-9, A-Z and a-z (case matters) up to AzL8n0Y58m7, as idgen_base62() writes them.".into(),
+            },
+            IdgenError::BadReserveCount { max, .. } => {
+                format!("Reserve 1 to {max} IDs per call, and call again for more.")
+            }
             IdgenError::ReadOnly { .. } => {
                 "Call it in a read-write transaction (SET TRANSACTION READ WRITE).".into()
             }

@@ -3,11 +3,13 @@
 //! This file only wires things together: the module magic, `_PG_init`
 //! (settings, shared-memory and object-access hooks), the extension's
 //! hand-written SQL, and the in-server tests of the top-level `pg_test/`
-//! folder that `cargo pgrx test` needs. See `segment` for segment IDs and
-//! `snowflake` for snowflake IDs.
+//! folder that `cargo pgrx test` needs. See `segment` for segment IDs,
+//! `snowflake` for snowflake IDs and `base62` for short codes.
 
 use pgrx::prelude::*;
 
+pub mod base62;
+mod base62_sql;
 pub mod errors;
 mod failpoints;
 pub mod gucs;

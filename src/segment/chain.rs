@@ -89,6 +89,32 @@ pub struct Taken {
     pub hit_mark: bool,
 }
 
+/// IDs taken in one go (`take_block`): up to `RING` runs of consecutive
+/// IDs, increasing, one per range the block's tickets fell in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TakenBlock {
+    runs: [(i64, u64); RING],
+    count: usize,
+    /// The block crossed a range's prefetch mark (see `Taken::hit_mark`).
+    pub hit_mark: bool,
+}
+
+impl TakenBlock {
+    /// The runs: `(first ID, number of IDs)`, in increasing order.
+    pub fn runs(&self) -> &[(i64, u64)] {
+        &self.runs[..self.count]
+    }
+
+    /// IDs in all runs.
+    pub fn len(&self) -> u64 {
+        self.runs().iter().map(|&(_, n)| n).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+}
+
 /// Why a range could not be published.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PublishError {
@@ -245,6 +271,58 @@ impl RangeChain {
                 Lookup::Stale => continue,
             }
         }
+    }
+
+    /// Takes up to `n` IDs with one `fetch_add` of `n` tickets: the IDs of
+    /// those tickets that fall in published ranges, as runs of consecutive
+    /// IDs. Tickets past the last published range are spent (the next
+    /// range starts above them), as are those of a range overwritten while
+    /// the taker looked (a stalled taker): gaps, never another taker's IDs,
+    /// since the tickets are this taker's alone. Returns `None` when no
+    /// ticket mapped to an ID.
+    pub fn take_block(&self, n: u64) -> Option<TakenBlock> {
+        let n = n.clamp(1, MAX_RANGE_LEN);
+        let first_ticket = self.tickets.fetch_add(n, Ordering::AcqRel);
+        if first_ticket >= TICKET_LIMIT {
+            return None;
+        }
+        let end_ticket = first_ticket + n;
+        let mut block = TakenBlock {
+            runs: [(0, 0); RING],
+            count: 0,
+            hit_mark: false,
+        };
+        let mut ticket = first_ticket;
+        while ticket < end_ticket && block.count < RING {
+            let Some(range) = self.range_from(ticket) else {
+                break;
+            };
+            let start = ticket.max(range.start);
+            if start >= end_ticket {
+                break;
+            }
+            let stop = end_ticket.min(range.end());
+            let offset = start - range.start;
+            block.runs[block.count] = (range.first + offset as i64, stop - start);
+            block.count += 1;
+            block.hit_mark |= offset <= range.mark && range.mark < offset + (stop - start);
+            ticket = stop;
+        }
+        (!block.is_empty()).then_some(block)
+    }
+
+    /// The published range holding `ticket`, or else the first one that
+    /// starts after it, read whole.
+    fn range_from(&self, ticket: u64) -> Option<Range> {
+        if let Lookup::Found(range) = self.lookup(ticket) {
+            return Some(range);
+        }
+        let published = self.published.load(Ordering::Acquire);
+        let oldest = published.saturating_sub(RING as u64 - 1).max(1);
+        (oldest..=published)
+            .filter_map(|range_no| self.read_entry(range_no))
+            .filter(|range| range.end() > ticket)
+            .min_by_key(|range| range.start)
     }
 
     /// Appends the committed range `[first, first + len)`, whose taker at
@@ -503,6 +581,120 @@ mod tests {
         // The range starts at the next ticket, above the one already spent.
         assert_eq!(drain(&chain), [1, 2, 3]);
         assert!(matches!(chain.lookup(early), Lookup::Stale));
+    }
+
+    #[test]
+    fn a_block_takes_consecutive_ids_across_ranges_and_stops_at_the_end() {
+        let chain = RangeChain::new();
+        assert_eq!(chain.take_block(5), None);
+        chain.publish(1, 10, 7).unwrap();
+        chain.publish(101, 10, 7).unwrap();
+        let first = chain.take_block(4).unwrap();
+        assert_eq!(first.runs(), &[(1, 4)]);
+        assert!(!first.hit_mark);
+        let across = chain.take_block(10).unwrap();
+        assert_eq!(across.runs(), &[(5, 6), (101, 4)]);
+        assert!(
+            across.hit_mark,
+            "the first range's mark (offset 7) is in it"
+        );
+        assert_eq!(chain.take().unwrap().id, 105);
+        // More than is published: what there is, the rest are gaps.
+        let rest = chain.take_block(100).unwrap();
+        assert_eq!(rest.runs(), &[(106, 5)]);
+        assert!(rest.hit_mark);
+        assert_eq!(chain.take_block(3), None);
+        chain.publish(201, 5, 0).unwrap();
+        assert_eq!(chain.take_block(2).unwrap().runs(), &[(201, 2)]);
+    }
+
+    /// The wrap-around holes of the old design, for blocks: a block taker
+    /// that stalled while the ring went round, and a block after 2^40
+    /// failed takes, never reach another taker's IDs; at the ticket limit
+    /// blocks stop.
+    #[test]
+    fn blocks_never_reach_overwritten_ranges_or_pass_the_ticket_limit() {
+        let chain = RangeChain::new();
+        chain.publish(1, 4, 0).unwrap();
+        // A block drawn its tickets, then stalls; the ring goes round.
+        let stalled = chain.tickets.fetch_add(4, Ordering::AcqRel);
+        let mut handed_out = HashSet::new();
+        for n in 1..=(RING as i64 * 3) {
+            chain.publish(100 * n + 1, 4, 0).unwrap();
+            for run in chain.take_block(4).unwrap().runs() {
+                handed_out.extend(run.0..run.0 + run.1 as i64);
+            }
+        }
+        assert!(chain
+            .range_from(stalled)
+            .is_none_or(|r| r.start > stalled + 3));
+        chain.tickets.fetch_add(1 << 40, Ordering::AcqRel);
+        assert_eq!(chain.take_block(10), None);
+        chain.publish(1_000_001, 10, 0).unwrap();
+        let after = chain.take_block(10).unwrap();
+        assert_eq!(after.runs(), &[(1_000_001, 10)]);
+        assert!(!handed_out.contains(&1_000_001));
+        chain.tickets.store(TICKET_LIMIT - 2, Ordering::Relaxed);
+        assert_eq!(chain.take_block(5), None);
+        assert_eq!(chain.take_block(5), None);
+    }
+
+    /// Takers of single IDs and of blocks, one publisher: every ID handed
+    /// out once, each taker's IDs increasing.
+    #[test]
+    fn blocks_and_single_takes_never_share_an_id() {
+        const RANGES: i64 = 20_000;
+        let chain = Arc::new(RangeChain::new());
+        let done = Arc::new(AtomicBool::new(false));
+        let takers: Vec<_> = (0..4)
+            .map(|t| {
+                let chain = chain.clone();
+                let done = done.clone();
+                std::thread::spawn(move || {
+                    let mut ids = Vec::new();
+                    loop {
+                        let got = if t % 2 == 0 {
+                            chain.take_block(1 + (ids.len() as u64 % 13)).map(|b| {
+                                for &(first, n) in b.runs() {
+                                    ids.extend(first..first + n as i64);
+                                }
+                            })
+                        } else {
+                            chain.take().map(|x| ids.push(x.id))
+                        };
+                        if got.is_none() {
+                            if done.load(Ordering::Acquire) {
+                                break;
+                            }
+                            std::hint::spin_loop();
+                        }
+                    }
+                    ids
+                })
+            })
+            .collect();
+        let mut published = 0;
+        while published < RANGES {
+            match chain.publish(published * 10, 7, 3) {
+                Ok(()) => published += 1,
+                Err(PublishError::Full) => std::hint::spin_loop(),
+                Err(e) => panic!("{e:?}"),
+            }
+        }
+        done.store(true, Ordering::Release);
+        let mut all = HashSet::new();
+        for taker in takers {
+            let ids = taker.join().unwrap();
+            assert!(
+                ids.windows(2).all(|w| w[0] < w[1]),
+                "a taker's IDs went backwards"
+            );
+            for id in ids {
+                assert!(id % 10 < 7, "{id} was never published");
+                assert!(all.insert(id), "{id} handed out twice");
+            }
+        }
+        assert!(!all.is_empty());
     }
 
     #[test]

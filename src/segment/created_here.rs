@@ -116,18 +116,27 @@ pub fn is_created_here(tag: &[u8]) -> bool {
 
 /// The next ID of a tag this transaction created, or `None` if it did not.
 pub fn next_id(tag: &[u8]) -> Option<i64> {
+    next_ids(tag, 1).map(|(first, _)| first)
+}
+
+/// The next `n` IDs (`n >= 1`) of a tag this transaction created, as
+/// `(first, last)`, or `None` if it did not create it.
+pub fn next_ids(tag: &[u8], n: i64) -> Option<(i64, i64)> {
     let (transaction, _) = transaction_ids();
-    let (id, table_oid) = TAGS.with(|tags| {
+    let (first, last, table_oid) = TAGS.with(|tags| {
         let mut tags = tags.borrow_mut();
         let state = tags.get_mut(tag).filter(|s| s.transaction == transaction)?;
         let start = state.live()?.start;
-        let id = match state.high_water {
+        let first = match state.high_water {
             Some(i64::MAX) => exhausted(tag),
             Some(high) => (high + 1).max(start),
             None => start,
         };
-        state.high_water = Some(id);
-        Some((id, state.table_oid))
+        let last = first
+            .checked_add(n.max(1) - 1)
+            .unwrap_or_else(|| exhausted(tag));
+        state.high_water = Some(last);
+        Some((first, last, state.table_oid))
     })?;
     // The row must still be there (a plain DELETE, a dropped extension).
     match distributor::row_state(table_oid, tag) {
@@ -136,7 +145,7 @@ pub fn next_id(tag: &[u8]) -> Option<i64> {
             tag: String::from_utf8_lossy(tag).into_owned(),
         }
         .raise(),
-        _ => Some(id),
+        _ => Some((first, last)),
     }
 }
 

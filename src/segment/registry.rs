@@ -582,6 +582,16 @@ impl Slot {
     /// Takes an ID for a caller that cached `generation`; `None` when the
     /// chain is empty or the slot no longer belongs to the caller's tag.
     #[inline]
+    /// Up to `n` IDs at once (`RangeChain::take_block`), if the slot
+    /// still has `generation` after the take.
+    pub fn take_block_for(&self, generation: u64, n: u64) -> Option<super::chain::TakenBlock> {
+        let taken = self.chain.take_block(n);
+        if self.generation.load(Ordering::Acquire) != generation {
+            return None;
+        }
+        taken
+    }
+
     pub fn take_for(&self, generation: u64) -> Option<super::chain::Taken> {
         let taken = self.chain.take();
         if self.generation.load(Ordering::Acquire) != generation {

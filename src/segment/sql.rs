@@ -34,7 +34,7 @@ use pgrx::pg_sys;
 use pgrx::prelude::*;
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// How long one sleep of a waiting caller lasts before it looks again (and
@@ -229,9 +229,23 @@ fn request_refill(registry: &Registry, index: usize) -> Result<(), IdgenError> {
     worker::ensure_running(database())
 }
 
+/// Takes from shared memory by this backend, of any tag: a set-returning
+/// call holding a block of IDs gives the rest up (a gap) when this moved,
+/// so that a backend's IDs of a tag always increase, even when a scalar
+/// call runs between two rows of a `segment_nextval(tag, n)`. A process
+/// global: a backend is one single-threaded process, so a relaxed load and
+/// store (no locked instruction) is exact.
+static TAKES_HERE: AtomicU64 = AtomicU64::new(0);
+
+#[inline]
+fn note_take() {
+    TAKES_HERE.store(TAKES_HERE.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+}
+
 /// After a take: a taker that crossed the prefetch mark wakes the worker.
 #[inline]
 fn after_take(registry: &Registry, index: usize, taken: Taken) -> i64 {
+    note_take();
     if taken.hit_mark {
         // Not waiting: if the worker cannot start, the caller that runs
         // out of IDs will report it.
@@ -249,6 +263,7 @@ fn next_id_slow(
     generation: u64,
     tag: &[u8],
     table_oid: u32,
+    allow_fallback: bool,
 ) -> Option<i64> {
     let slot = registry.slot(index);
     if let Some(taken) = slot.take_for(generation) {
@@ -265,7 +280,8 @@ fn next_id_slow(
     // the worker can take from (not one this transaction holds)?
     check_row(table_oid, tag);
     // Falling back already: no new range since a call waited in vain.
-    if gucs::SNOWFLAKE_FALLBACK.get() && slot.stats.falling_back.load(Ordering::Relaxed) {
+    let fallback = allow_fallback && gucs::SNOWFLAKE_FALLBACK.get();
+    if fallback && slot.stats.falling_back.load(Ordering::Relaxed) {
         // Ask the worker now and then only: each ask skips its back-off,
         // and a central server in trouble should not see a retry storm.
         let now = super::registry::now_ms();
@@ -336,7 +352,7 @@ fn next_id_slow(
         let waited = started.elapsed();
         if waited >= timeout {
             finish(started);
-            if gucs::SNOWFLAKE_FALLBACK.get() {
+            if fallback {
                 let cause = transient_error.map_or_else(
                     || "the refill worker did not deliver".to_string(),
                     |e| e.message,
@@ -421,7 +437,7 @@ fn next_id(registry: &Registry, tag: &[u8], table_oid: u32) -> (i64, Option<(usi
                 return (id, None);
             }
             Source::Slot { index, generation } => {
-                if let Some(id) = next_id_slow(registry, index, generation, tag, table_oid) {
+                if let Some(id) = next_id_slow(registry, index, generation, tag, table_oid, true) {
                     let from_slot = RESOLVED.with(|map| map.borrow().contains_key(tag));
                     return (id, from_slot.then_some((index, generation)));
                 }
@@ -515,6 +531,121 @@ pub unsafe extern "C-unwind" fn segment_nextval_fast(
     pg_sys::Datum::from(id)
 }
 
+/// IDs a `segment_nextval(tag, n)` takes from shared memory at a time.
+const BATCH_CHUNK: u64 = 1024;
+
+/// The most IDs one `segment_reserve` call hands out.
+pub const RESERVE_MAX: i32 = 1_000_000;
+
+/// The rows of one `segment_nextval(tag, n)`: IDs taken a block at a time
+/// (`RangeChain::take_block`) and handed out one per row. A block is given
+/// up (a gap) when this backend took IDs elsewhere meanwhile (`TAKES_HERE`)
+/// or the slot was freed, so IDs still increase within the backend and
+/// never outlive a dropped tag.
+struct Batch {
+    registry: &'static Registry,
+    tag: Vec<u8>,
+    table_oid: u32,
+    remaining: u64,
+    block: Option<super::chain::TakenBlock>,
+    run: usize,
+    next: i64,
+    left_in_run: u64,
+    slot: (usize, u64),
+    takes_seen: u64,
+}
+
+impl Batch {
+    /// The next ID of the held block, if it may still be handed out.
+    #[inline]
+    fn next_held(&mut self) -> Option<i64> {
+        let block = self.block.as_ref()?;
+        if TAKES_HERE.load(Ordering::Relaxed) != self.takes_seen
+            || self
+                .registry
+                .slot(self.slot.0)
+                .generation
+                .load(Ordering::Acquire)
+                != self.slot.1
+        {
+            self.block = None;
+            return None;
+        }
+        if self.left_in_run == 0 {
+            self.run += 1;
+            let &(first, len) = block.runs().get(self.run)?;
+            self.next = first;
+            self.left_in_run = len;
+        }
+        let id = self.next;
+        self.next += 1;
+        self.left_in_run -= 1;
+        Some(id)
+    }
+
+    /// Takes a new block, or one ID the slow way (waiting for a refill).
+    fn take(&mut self) -> i64 {
+        self.block = None;
+        loop {
+            match resolve(self.registry, &self.tag, self.table_oid) {
+                Source::OwnTransaction => {
+                    return created_here::next_id(&self.tag).unwrap_or_else(|| {
+                        IdgenError::UnknownTag {
+                            tag: tag_text(&self.tag),
+                        }
+                        .raise()
+                    })
+                }
+                Source::Slot { index, generation } => {
+                    let slot = self.registry.slot(index);
+                    let wanted = self.remaining.min(BATCH_CHUNK);
+                    if let Some(block) = slot.take_block_for(generation, wanted) {
+                        note_take();
+                        if block.hit_mark {
+                            let _ = request_refill(self.registry, index);
+                        }
+                        let (first, len) = block.runs()[0];
+                        self.block = Some(block);
+                        self.run = 0;
+                        self.next = first + 1;
+                        self.left_in_run = len - 1;
+                        self.slot = (index, generation);
+                        self.takes_seen = TAKES_HERE.load(Ordering::Relaxed);
+                        return first;
+                    }
+                    let waited = next_id_slow(
+                        self.registry,
+                        index,
+                        generation,
+                        &self.tag,
+                        self.table_oid,
+                        true,
+                    );
+                    if let Some(id) = waited {
+                        return id;
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Iterator for Batch {
+    type Item = i64;
+
+    #[inline]
+    fn next(&mut self) -> Option<i64> {
+        if self.remaining == 0 {
+            return None;
+        }
+        self.remaining -= 1;
+        Some(match self.next_held() {
+            Some(id) => id,
+            None => self.take(),
+        })
+    }
+}
+
 /// `segment_nextval(tag, n)`: `n` IDs of `tag`, increasing.
 #[pg_extern(name = "segment_nextval", volatile, parallel_unsafe)]
 fn segment_nextval_many(
@@ -540,11 +671,93 @@ fn segment_nextval_many(
         IdgenError::BadCount { n }.raise();
     }
     check_tag(tag.as_bytes());
+    // Drawn a block at a time as the executor asks, not collected first:
+    // n may be two billion.
+    SetOfIterator::new(Batch {
+        registry,
+        tag: tag.as_bytes().to_vec(),
+        table_oid: current_table_oid(fcinfo),
+        remaining: n as u64,
+        block: None,
+        run: 0,
+        next: 0,
+        left_in_run: 0,
+        slot: (0, 0),
+        takes_seen: 0,
+    })
+}
+
+/// `segment_reserve(tag, n)`: `n` IDs of `tag` at once, as blocks of
+/// consecutive IDs `(first, last)` — one block unless the reservation
+/// crosses a range boundary — for a cache in the application. The same
+/// guarantees as `segment_nextval`; never a snowflake fallback.
+#[pg_extern(volatile, parallel_unsafe)]
+fn segment_reserve(
+    tag: Option<&str>,
+    n: Option<i32>,
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> TableIterator<'static, (name!(first, i64), name!(last, i64))> {
+    let registry = registry_or_raise();
+    check_writable("segment_reserve()");
+    let tag = tag.unwrap_or_else(|| {
+        IdgenError::NullArgument {
+            what: "segment tag",
+        }
+        .raise()
+    });
+    let n = n.unwrap_or_else(|| {
+        IdgenError::NullArgument {
+            what: "number of IDs",
+        }
+        .raise()
+    });
+    if !(1..=RESERVE_MAX).contains(&n) {
+        IdgenError::BadReserveCount {
+            n,
+            max: RESERVE_MAX,
+        }
+        .raise();
+    }
+    let tag = tag.as_bytes();
+    check_tag(tag);
     let table_oid = current_table_oid(fcinfo);
-    // Drawn one per row as the executor asks, not collected first: n may
-    // be two billion.
-    let tag = tag.as_bytes().to_vec();
-    SetOfIterator::new((0..n).map(move |_| next_id(registry, &tag, table_oid).0))
+    let mut blocks: Vec<(i64, i64)> = Vec::new();
+    let mut add = |first: i64, len: u64| match blocks.last_mut() {
+        Some((_, last)) if *last + 1 == first => *last += len as i64,
+        _ => blocks.push((first, first + (len as i64 - 1))),
+    };
+    let mut remaining = n as u64;
+    while remaining > 0 {
+        match resolve(registry, tag, table_oid) {
+            Source::OwnTransaction => {
+                let (first, last) = created_here::next_ids(tag, remaining as i64)
+                    .unwrap_or_else(|| IdgenError::UnknownTag { tag: tag_text(tag) }.raise());
+                add(first, (last - first + 1) as u64);
+                remaining = 0;
+            }
+            Source::Slot { index, generation } => {
+                let slot = registry.slot(index);
+                if let Some(block) = slot.take_block_for(generation, remaining) {
+                    note_take();
+                    if block.hit_mark {
+                        let _ = request_refill(registry, index);
+                    }
+                    for &(first, len) in block.runs() {
+                        add(first, len);
+                        remaining -= len;
+                    }
+                    continue;
+                }
+                // Nothing cached: wait for a range as a single call does,
+                // and keep the ID it takes.
+                if let Some(id) = next_id_slow(registry, index, generation, tag, table_oid, false) {
+                    add(id, 1);
+                    remaining -= 1;
+                }
+            }
+        }
+    }
+    TableIterator::new(blocks)
 }
 
 /// The schema-qualified name of table `table_oid`.
