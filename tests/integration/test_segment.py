@@ -282,12 +282,15 @@ def test_without_preloading_every_function_names_the_setting(make_cluster):
                  "SELECT segment_create('x')", "SELECT segment_drop('x')", "SELECT * FROM segment_status",
                  "SELECT snowflake_nextval()", "SELECT snowflake_js_nextval()", "SELECT * FROM snowflake_parse(1)",
                  "SELECT snowflake_format(1)", "SELECT snowflake_from_timestamp(now())",
-                 "SELECT * FROM snowflake_status"]:
+                 "SELECT * FROM snowflake_status", "SELECT * FROM segment_reserve('x', 5)",
+                 "SELECT segment_attach('x', 'central')"]:
         with pytest.raises(errors.ObjectNotInPrerequisiteState) as caught:
             c.sql(call)
         assert "must be loaded via shared_preload_libraries" in str(caught.value), call
         assert "shared_preload_libraries" in caught.value.diag.message_hint
     assert c.sql("SELECT count(*) FROM id_segment") == [(0,)], "segment_create must not have written"
+    # The stateless base62 helpers need no shared memory.
+    assert c.sql("SELECT idgen_base62(3844), idgen_base62_decode('100')") == [("100", 3844)]
 
 
 def test_a_hot_standby_refuses_to_hand_out_ids(make_cluster):

@@ -1,0 +1,113 @@
+"""IDs in blocks: segment_reserve(tag, n) and segment_nextval(tag, n), with
+other sessions and other calling forms drawing the same tag at step 10, so
+that blocks keep crossing range boundaries."""
+
+import random
+import threading
+
+from conftest import assert_increasing, assert_unique
+
+
+def blocks_to_ids(rows):
+    ids = []
+    for first, last in rows:
+        assert first <= last
+        ids.extend(range(first, last + 1))
+    return ids
+
+
+def test_blocks_single_ids_and_batches_never_overlap(cluster, db):
+    cluster.sql("SELECT segment_create('b', step => 10)", dbname=db)
+    per_session, failures = {}, []
+
+    def reserver(key, seed):
+        rnd = random.Random(seed)
+        try:
+            with cluster.connect(db) as conn:
+                ids = []
+                for _ in range(300):
+                    n = rnd.choice([1, 7, 10, 33, 250, 1000])
+                    rows = conn.execute("SELECT first, last FROM segment_reserve('b', %s)", (n,)).fetchall()
+                    got = blocks_to_ids(rows)
+                    assert len(got) == n, (n, rows)
+                    ids += got
+                per_session[key] = ids
+        except Exception as e:  # reported below
+            failures.append(e)
+
+    def batcher(key):
+        try:
+            with cluster.connect(db, autocommit=False) as conn:
+                conn.execute("DECLARE c NO SCROLL CURSOR FOR SELECT segment_nextval('b', 200000)")
+                ids = []
+                for _ in range(200):
+                    ids += [r[0] for r in conn.execute("FETCH 500 FROM c")]
+                    # A single call between two fetches: the cursor's next
+                    # rows must still be above it.
+                    ids.append(conn.execute("SELECT segment_nextval('b')").fetchone()[0])
+                per_session[key] = ids
+        except Exception as e:  # reported below
+            failures.append(e)
+
+    def single(key):
+        try:
+            with cluster.connect(db) as conn:
+                ids = []
+                for _ in range(20):
+                    ids += [r[0] for r in conn.execute(
+                        "SELECT segment_nextval('b') FROM generate_series(1, 2000)")]
+                per_session[key] = ids
+        except Exception as e:  # reported below
+            failures.append(e)
+
+    threads = [threading.Thread(target=reserver, args=(("reserve", i), i)) for i in range(2)]
+    threads += [threading.Thread(target=batcher, args=(("batch", 0),)),
+                threading.Thread(target=single, args=(("single", 0),))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures, failures[:3]
+    everything = []
+    for key, ids in per_session.items():
+        assert_increasing(ids)
+        everything += ids
+    assert_unique(everything)
+    (max_id,), = cluster.sql("SELECT max_id FROM id_segment WHERE biz_tag = 'b'", dbname=db)
+    assert max(everything) <= max_id
+
+
+def test_a_plpgsql_loop_over_a_batch_with_single_calls_inside(cluster, db):
+    """PL/pgSQL reads a FOR loop's query ahead (10 rows, then 50 at a
+    time), so the rows come out of order with the calls in the body; what
+    matters: no ID twice, each kind of call increasing, and the batch's
+    rows read after a body's call above that call's ID."""
+    cluster.sql("SELECT segment_create('p', step => 10)", dbname=db)
+    cluster.sql("""
+        CREATE FUNCTION mixed() RETURNS SETOF bigint LANGUAGE plpgsql AS $$
+        DECLARE id bigint;
+        BEGIN
+          FOR id IN SELECT segment_nextval('p', 500) LOOP
+            RETURN NEXT id;
+            RETURN NEXT segment_nextval('p');
+          END LOOP;
+        END $$""", dbname=db)
+    ids = [r[0] for r in cluster.sql("SELECT mixed()", dbname=db)]
+    assert len(ids) == 1000
+    assert_unique(ids)
+    batch, single = ids[0::2], ids[1::2]
+    assert_increasing(batch)
+    assert_increasing(single)
+    # Rows 10 .. 59 were read after the body's call for row 9, rows 60 ..
+    # 109 after the one for row 59, and so on.
+    late = [(batch[i], single[i - 1]) for i in range(10, 500, 50) if batch[i] < single[i - 1]]
+    assert not late, f"a batch row read after a single call is below it: {late[:3]}"
+
+
+def test_a_reservation_larger_than_what_is_cached_waits_for_refills(cluster, db):
+    cluster.sql("SELECT segment_create('r', step => 3)", dbname=db)
+    rows = cluster.sql("SELECT first, last FROM segment_reserve('r', 1000000)", dbname=db)
+    ids = blocks_to_ids(rows)
+    assert len(ids) == 1_000_000
+    assert_increasing(ids)
+    assert rows == [(1, 1_000_000)], "consecutive ranges of one row merge into one block"
