@@ -4,7 +4,8 @@
 # the SQL regression files (pg_regress) and the integration tests (pytest,
 # each on throwaway clusters). PostgreSQL 15 runs everything; 16, 17 and 18
 # run the core integration tests: concurrency, crash and restart, the
-# calling-context matrix, upgrades. Last, the PostgreSQL 15 package is
+# calling-context matrix, upgrades, blocks, a central server's ranges and
+# leases. Last, the PostgreSQL 15 package is
 # built, installed, used and removed. Exits non-zero on any failure.
 # `.ci/run` calls exactly this.
 #
@@ -42,6 +43,9 @@ CORE_TESTS=(
     tests/integration/test_snowflake.py::test_a_restart_with_the_clock_an_hour_back_issues_only_larger_ids
     tests/integration/test_torture.py::test_crash_loop_never_repeats_an_id
     tests/integration/test_lifecycle.py
+    tests/integration/test_blocks.py
+    tests/integration/test_remote.py::test_shards_and_a_seeds_client_never_share_an_id
+    tests/integration/test_lease.py::test_three_servers_starting_at_once_get_three_machine_ids
 )
 
 echo; echo "== cargo fmt --check"
