@@ -646,6 +646,17 @@ impl Iterator for Batch {
     }
 }
 
+/// The non-NULL arguments of the calls for many IDs.
+fn tag_and_count(tag: Option<&str>, n: Option<i32>) -> (&str, i32) {
+    fn null(what: &'static str) -> ! {
+        IdgenError::NullArgument { what }.raise()
+    }
+    (
+        tag.unwrap_or_else(|| null("segment tag")),
+        n.unwrap_or_else(|| null("number of IDs")),
+    )
+}
+
 /// `segment_nextval(tag, n)`: `n` IDs of `tag`, increasing.
 #[pg_extern(name = "segment_nextval", volatile, parallel_unsafe)]
 fn segment_nextval_many(
@@ -655,18 +666,7 @@ fn segment_nextval_many(
 ) -> SetOfIterator<'static, i64> {
     let registry = registry_or_raise();
     check_writable("segment_nextval()");
-    let tag = tag.unwrap_or_else(|| {
-        IdgenError::NullArgument {
-            what: "segment tag",
-        }
-        .raise()
-    });
-    let n = n.unwrap_or_else(|| {
-        IdgenError::NullArgument {
-            what: "number of IDs",
-        }
-        .raise()
-    });
+    let (tag, n) = tag_and_count(tag, n);
     if n < 0 {
         IdgenError::BadCount { n }.raise();
     }
@@ -699,18 +699,7 @@ fn segment_reserve(
 ) -> TableIterator<'static, (name!(first, i64), name!(last, i64))> {
     let registry = registry_or_raise();
     check_writable("segment_reserve()");
-    let tag = tag.unwrap_or_else(|| {
-        IdgenError::NullArgument {
-            what: "segment tag",
-        }
-        .raise()
-    });
-    let n = n.unwrap_or_else(|| {
-        IdgenError::NullArgument {
-            what: "number of IDs",
-        }
-        .raise()
-    });
+    let (tag, n) = tag_and_count(tag, n);
     if !(1..=RESERVE_MAX).contains(&n) {
         IdgenError::BadReserveCount {
             n,
