@@ -219,9 +219,12 @@ impl Generator {
             .fetch_max(stop_at_mono_ms, Ordering::SeqCst);
     }
 
-    /// The lease is lost or given up: nothing more is issued.
-    pub fn drop_lease(&self) {
+    /// The lease is lost or given up: nothing more is issued. Returns the
+    /// time (ms since epoch) of the last ID handed out under it, or of any
+    /// before it: no call returns an ID above it from now on.
+    pub fn drop_lease(&self) -> i64 {
         self.stop_at_mono_ms.store(i64::MIN, Ordering::SeqCst);
+        self.split(self.last.load(Ordering::SeqCst)).0
     }
 
     /// The lease's deadline and ceiling, if the machine id is leased.
@@ -243,7 +246,8 @@ impl Generator {
     #[inline]
     pub fn next(&self, clock: &impl WallClock, max_lead_ms: i64) -> Result<Issued, Refusal> {
         let stop_at = self.stop_at_mono_ms.load(Ordering::Acquire);
-        if stop_at != i64::MAX && clock.mono_ms() >= stop_at {
+        let leased = stop_at != i64::MAX;
+        if leased && clock.mono_ms() >= stop_at {
             return Err(Refusal::NoLease);
         }
         if let Some((earliest, latest)) = clock.bounds_ms() {
@@ -268,11 +272,28 @@ impl Generator {
                     .compare_exchange(current, packed, Ordering::AcqRel, Ordering::Acquire)
                     .is_ok()
                 {
+                    if self.dropped_meanwhile(leased) {
+                        return Err(Refusal::NoLease);
+                    }
                     return Ok(self.issue(packed, time - earliest));
                 }
             }
         }
-        self.next_exact(clock.now_ms(), max_lead_ms)
+        let issued = self.next_exact(clock.now_ms(), max_lead_ms)?;
+        if self.dropped_meanwhile(leased) {
+            return Err(Refusal::NoLease);
+        }
+        Ok(issued)
+    }
+
+    /// After a successful CAS under a lease: whether the lease was dropped
+    /// meanwhile. Then the ID is not handed out (a gap): whoever dropped
+    /// the lease reads `last` after dropping it, so every ID that *is*
+    /// handed out is below what it reads (`drop_lease` and this load are
+    /// both sequentially consistent).
+    #[inline]
+    fn dropped_meanwhile(&self, leased: bool) -> bool {
+        leased && self.stop_at_mono_ms.load(Ordering::SeqCst) == i64::MIN
     }
 
     fn issue(&self, packed: u64, lead_ms: i64) -> Issued {

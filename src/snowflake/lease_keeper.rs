@@ -254,7 +254,12 @@ pub extern "C-unwind" fn pg_idgen_lease_keeper_main(_arg: pg_sys::Datum) {
     BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
     let Some(state) = snowflake() else { return };
     let database = text_setting(&gucs::LEASE_DATABASE);
+    // Left in place if connecting fails (a FATAL in the log).
+    state.lease.problem.set(&format!(
+        "the lease keeper could not connect to pg_idgen.lease_database \"{database}\" (the server log says why)"
+    ));
     BackgroundWorker::connect_worker_to_spi(Some(&database), None);
+    state.lease.problem.set("");
     // SAFETY: MyLatch and MyProcPid are set in every started process.
     unsafe {
         state.lease.latch.store(pg_sys::MyLatch, Ordering::Release);
@@ -286,14 +291,15 @@ pub extern "C-unwind" fn pg_idgen_lease_keeper_main(_arg: pg_sys::Datum) {
         seeded: false,
     };
     loop {
-        if BackgroundWorker::sigterm_received() {
-            keeper.give_up();
-            return;
-        }
         let sleep_ms = keeper.step().clamp(10, 1000);
-        if !BackgroundWorker::wait_latch(Some(Duration::from_millis(sleep_ms as u64))) {
+        if BackgroundWorker::sigterm_received()
+            || !BackgroundWorker::wait_latch(Some(Duration::from_millis(sleep_ms as u64)))
+        {
             keeper.give_up();
-            return;
+            // Exit code 1: the postmaster starts the keeper again (after
+            // pg_terminate_backend, say) unless the server is shutting down.
+            // SAFETY: ends this process the way PostgreSQL's own code does.
+            unsafe { pg_sys::proc_exit(1) };
         }
     }
 }
@@ -480,6 +486,8 @@ impl Keeper {
                 return mono_ms - mono_now_ms();
             }
             Err(e) => {
+                // Rows deleted by hand: seed them again.
+                self.seeded &= !matches!(e, LeaseError::NoRows { .. });
                 self.problem(&e.to_string());
                 return 1000;
             }
@@ -549,7 +557,9 @@ impl Keeper {
             let floor = held.floor_unix_ms.map(|f| f - epoch);
             let ceiling = held.ceiling_unix_ms - epoch;
             match (fits, claimed) {
-                (false, _) => generator.drop_lease(),
+                (false, _) => {
+                    generator.drop_lease();
+                }
                 (true, true) => generator.take_lease(machine, floor, ceiling, held.stop_at_mono_ms),
                 (true, false) => generator.renew_lease(ceiling, held.stop_at_mono_ms),
             }
@@ -560,21 +570,31 @@ impl Keeper {
         self.state.lease.machine.store(machine, Ordering::Release);
     }
 
-    fn stop(&self) {
-        self.state.main.drop_lease();
-        self.state.javascript.drop_lease();
+    /// Stops both generators; returns the Unix time of the last ID either
+    /// handed out (no call hands out one above it afterwards).
+    fn stop(&self) -> i64 {
+        let last = [&self.state.main, &self.state.javascript]
+            .map(|g| g.layout().epoch_ms + g.drop_lease())
+            .into_iter()
+            .max()
+            .unwrap_or(i64::MIN);
         self.state.lease.machine.store(-1, Ordering::Release);
+        last
     }
 
-    /// At shutdown: stop issuing, then free the row with the ceiling as its
-    /// floor (no ID of this server can be above it).
+    /// At shutdown: stop issuing, then free the row with the exact floor:
+    /// the higher of the floor it had when claimed (every earlier holder's
+    /// IDs) and this server's last ID — never lower, and never above this
+    /// server's ceiling — so a restart (or anyone) issues at once.
     fn give_up(&mut self) {
-        self.stop();
+        let last_issued = self.stop();
         let (Some(held), Some(table)) = (self.held.take(), self.table.clone()) else {
             return;
         };
         let sql = super::lease::give_up_sql(&table);
-        let floor = held.ceiling_unix_ms;
+        let floor = held
+            .give_up_floor_unix_ms(Some(last_issued.min(held.ceiling_unix_ms)))
+            .unwrap_or(held.ceiling_unix_ms);
         let _ = run(|| {
             Spi::connect_mut(|client| {
                 let rows = client.update(

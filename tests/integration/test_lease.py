@@ -187,3 +187,63 @@ def test_a_holder_cut_off_from_the_central_server_stops_and_recovers(make_cluste
     assert wait_for(issuing, timeout=60, interval=0.2), lease_of(a)
     assert_unique(before + after)
     assert min(after) > max(before)
+
+
+def test_giving_up_never_lowers_the_floor_below_an_earlier_holders_ids(make_cluster):
+    """An earlier holder of id 0 issued IDs up to a minute ahead of the
+    clock (its row's floor says so). B (lead 5 s) takes id 0 over, can
+    issue nothing yet, and stops cleanly: the floor it leaves must not drop
+    to its own, lower ceiling. C (lead 2 min) then claims id 0 and issues
+    only above the earlier holder's floor."""
+    narrow = ("pg_idgen.snowflake_machine_bits = 0", "pg_idgen.snowflake_sequence_bits = 22")
+    central = central_server(make_cluster)
+    ahead_ms = 60_000
+    central.sql("INSERT INTO idgen_machine_lease (machine_id, version, lease_ms, floor_unix_ms) "
+                "VALUES (0, 0, 0, (extract(epoch FROM clock_timestamp()) * 1000)::bigint + %s)",
+                (ahead_ms,))
+    (earlier_floor,), = central.sql("SELECT floor_unix_ms FROM idgen_machine_lease")
+    b = leased_server(make_cluster, central, conf=narrow)
+    server_db(b)
+    assert wait_for(lambda: holds_lease(b), timeout=60)
+    with pytest.raises(psycopg.Error) as stuck:
+        draw(b, 1)
+    assert stuck.value.sqlstate == "55000"
+    b.stop()
+    (floor, holder), = central.sql("SELECT floor_unix_ms, holder FROM idgen_machine_lease")
+    assert holder is None
+    assert floor >= earlier_floor, "a clean stop lowered the floor below an earlier holder's IDs"
+    c = leased_server(make_cluster, central, conf=(*narrow, "pg_idgen.snowflake_max_lead = '2min'"))
+    server_db(c)
+    assert wait_for(lambda: holds_lease(c), timeout=60)
+    c_ids = draw(c, 1000)
+    (first_ms,), = c.sql("SELECT (extract(epoch FROM ts) * 1000)::bigint FROM snowflake_parse(%s)",
+                         (min(c_ids),), dbname=server_db(c))
+    assert first_ms > earlier_floor
+
+
+def test_a_clean_stop_leaves_the_exact_floor_and_a_terminated_keeper_comes_back(make_cluster):
+    central = central_server(make_cluster)
+    a = leased_server(make_cluster, central)
+    server_db(a)
+    assert wait_for(lambda: holds_lease(a), timeout=60)
+    machine = lease_of(a)[0]
+    # The lease keeper terminated: the postmaster starts it again, and it
+    # holds a lease again.
+    (pid,), = a.sql("SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_idgen lease keeper'")
+    a.sql(f"SELECT pg_terminate_backend({pid})")
+    assert wait_for(lambda: a.sql("SELECT count(*) FROM pg_stat_activity WHERE backend_type = "
+                                  f"'pg_idgen lease keeper' AND pid <> {pid}")[0][0] == 1, timeout=30)
+    assert wait_for(lambda: holds_lease(a), timeout=60)
+    ids = draw(a, 10_000)
+    (last_ms,), = a.sql("SELECT (extract(epoch FROM ts) * 1000)::bigint FROM snowflake_parse(%s)",
+                        (ids[-1],), dbname=server_db(a))
+    a.stop()
+    (floor, holder), = central.sql(
+        "SELECT floor_unix_ms, holder FROM idgen_machine_lease WHERE machine_id = %s", (machine,))
+    assert holder is None, "a clean stop gives the row up"
+    assert floor == last_ms, "the floor left is the last ID's time, not the lease's ceiling"
+    a.start()
+    assert wait_for(lambda: holds_lease(a), timeout=60)
+    assert lease_of(a)[0] == machine, "a restart takes its previous id back"
+    again = draw(a, 1000)
+    assert min(again) > max(ids)
