@@ -521,7 +521,7 @@ impl IdgenError {
                 crate::base62::Base62Error::Negative(_) => {
                     "Only IDs of 0 and above have a code; segment and snowflake IDs always are.".into()
                 }
-                _ => "A code is 1 to 11 characters of 0-9, A-Z and a-z (case matters) up to AzL8n0Y58m7, as idgen_base62() writes them.".into(),
+                _ => "A code is made of 0-9, A-Z and a-z (case matters), at most AzL8n0Y58m7 (leading zeros aside), as idgen_base62() writes them.".into(),
             },
             IdgenError::BadReserveCount { max, .. } => {
                 format!("Reserve 1 to {max} IDs per call, and call again for more.")

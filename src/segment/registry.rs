@@ -64,6 +64,10 @@ pub struct SlotStats {
     /// Meanwhile calls fall back at once instead of each waiting out
     /// `refill_timeout` again.
     pub falling_back: AtomicBool,
+    /// The chain's `ids_taken` when the slot got its tag: the slot's chain
+    /// lives on across tags (its tickets never go back), the status shows
+    /// what this tag took.
+    pub taken_base: AtomicU64,
     /// When a falling-back call last asked the worker for a range (ms):
     /// at most once a second, so the worker's back-off holds.
     pub fallback_asked_at_ms: AtomicI64,
@@ -286,6 +290,9 @@ impl Registry {
         let generation = slot.generation.fetch_add(1, Ordering::SeqCst) + 1;
         slot.chain.discard(true);
         slot.reset_stats();
+        slot.stats
+            .taken_base
+            .store(slot.chain.status().ids_taken, Ordering::Relaxed);
         // SAFETY: exclusive lock held; the slot is inactive, so nobody reads
         // the tag bytes without the lock.
         unsafe {

@@ -235,17 +235,26 @@ fn request_refill(registry: &Registry, index: usize) -> Result<(), IdgenError> {
 /// call runs between two rows of a `segment_nextval(tag, n)`. A process
 /// global: a backend is one single-threaded process, so a relaxed load and
 /// store (no locked instruction) is exact.
-static TAKES_HERE: AtomicU64 = AtomicU64::new(0);
+/// Counted per slot (by index, folded into 64 counters: a fold only makes
+/// a batch give up its block more often), so draws of other tags leave a
+/// batch's block alone.
+static TAKES_HERE: [AtomicU64; 64] = [const { AtomicU64::new(0) }; 64];
 
 #[inline]
-fn note_take() {
-    TAKES_HERE.store(TAKES_HERE.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+fn takes_here(index: usize) -> &'static AtomicU64 {
+    &TAKES_HERE[index % 64]
+}
+
+#[inline]
+fn note_take(index: usize) {
+    let counter = takes_here(index);
+    counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
 }
 
 /// After a take: a taker that crossed the prefetch mark wakes the worker.
 #[inline]
 fn after_take(registry: &Registry, index: usize, taken: Taken) -> i64 {
-    note_take();
+    note_take(index);
     if taken.hit_mark {
         // Not waiting: if the worker cannot start, the caller that runs
         // out of IDs will report it.
@@ -560,7 +569,7 @@ impl Batch {
     #[inline]
     fn next_held(&mut self) -> Option<i64> {
         let block = self.block.as_ref()?;
-        if TAKES_HERE.load(Ordering::Relaxed) != self.takes_seen
+        if takes_here(self.slot.0).load(Ordering::Relaxed) != self.takes_seen
             || self
                 .registry
                 .slot(self.slot.0)
@@ -600,7 +609,7 @@ impl Batch {
                     let slot = self.registry.slot(index);
                     let wanted = self.remaining.min(BATCH_CHUNK);
                     if let Some(block) = slot.take_block_for(generation, wanted) {
-                        note_take();
+                        note_take(index);
                         if block.hit_mark {
                             let _ = request_refill(self.registry, index);
                         }
@@ -610,7 +619,7 @@ impl Batch {
                         self.next = first + 1;
                         self.left_in_run = len - 1;
                         self.slot = (index, generation);
-                        self.takes_seen = TAKES_HERE.load(Ordering::Relaxed);
+                        self.takes_seen = takes_here(index).load(Ordering::Relaxed);
                         return first;
                     }
                     let waited = next_id_slow(
@@ -711,28 +720,44 @@ fn segment_reserve(
     check_tag(tag);
     let table_oid = current_table_oid(fcinfo);
     let mut blocks: Vec<(i64, i64)> = Vec::new();
-    let mut add = |first: i64, len: u64| match blocks.last_mut() {
-        Some((_, last)) if *last + 1 == first => *last += len as i64,
-        _ => blocks.push((first, first + (len as i64 - 1))),
-    };
+    fn add(blocks: &mut Vec<(i64, i64)>, first: i64, len: u64) {
+        match blocks.last_mut() {
+            Some((_, last)) if *last + 1 == first => *last += len as i64,
+            _ => blocks.push((first, first + (len as i64 - 1))),
+        }
+    }
     let mut remaining = n as u64;
+    // The slot the blocks so far came from: if the tag is dropped (and
+    // made again) while the call waits, they are given up (a gap) and the
+    // reservation starts over, so it never mixes the two tags' IDs.
+    let mut taken_from: Option<(usize, u64)> = None;
     while remaining > 0 {
-        match resolve(registry, tag, table_oid) {
+        let source = resolve(registry, tag, table_oid);
+        let current = match source {
+            Source::Slot { index, generation } => Some((index, generation)),
+            Source::OwnTransaction => None,
+        };
+        if taken_from.is_some() && taken_from != current {
+            blocks.clear();
+            remaining = n as u64;
+        }
+        taken_from = current;
+        match source {
             Source::OwnTransaction => {
                 let (first, last) = created_here::next_ids(tag, remaining as i64)
                     .unwrap_or_else(|| IdgenError::UnknownTag { tag: tag_text(tag) }.raise());
-                add(first, (last - first + 1) as u64);
+                add(&mut blocks, first, (last - first + 1) as u64);
                 remaining = 0;
             }
             Source::Slot { index, generation } => {
                 let slot = registry.slot(index);
                 if let Some(block) = slot.take_block_for(generation, remaining) {
-                    note_take();
+                    note_take(index);
                     if block.hit_mark {
                         let _ = request_refill(registry, index);
                     }
                     for &(first, len) in block.runs() {
-                        add(first, len);
+                        add(&mut blocks, first, len);
                         remaining -= len;
                     }
                     continue;
@@ -740,7 +765,7 @@ fn segment_reserve(
                 // Nothing cached: wait for a range as a single call does,
                 // and keep the ID it takes.
                 if let Some(id) = next_id_slow(registry, index, generation, tag, table_oid, false) {
-                    add(id, 1);
+                    add(&mut blocks, id, 1);
                     remaining -= 1;
                 }
             }

@@ -100,7 +100,9 @@ fn segment_status_rows() -> TableIterator<
             stats.waits.load(Ordering::Relaxed) as i64,
             stats.wait_micros.load(Ordering::Relaxed) as f64 / 1000.0,
             stats.fallback_ids.load(Ordering::Relaxed) as i64,
-            chain.ids_taken as i64,
+            chain
+                .ids_taken
+                .saturating_sub(stats.taken_base.load(Ordering::Relaxed)) as i64,
             stats.ids_per_second.load(Ordering::Relaxed) as i64,
             (last_refill_at != 0).then(|| {
                 // SAFETY: a TimestampTz stored by the worker.

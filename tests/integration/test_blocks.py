@@ -5,6 +5,9 @@ that blocks keep crossing range boundaries."""
 import random
 import threading
 
+import psycopg
+
+from adversary import paused
 from conftest import assert_increasing, assert_unique
 
 
@@ -111,3 +114,48 @@ def test_a_reservation_larger_than_what_is_cached_waits_for_refills(cluster, db)
     assert len(ids) == 1_000_000
     assert_increasing(ids)
     assert rows == [(1, 1_000_000)], "consecutive ranges of one row merge into one block"
+
+
+def test_a_reservation_waiting_while_its_tag_is_made_again_never_mixes_the_two(make_cluster):
+    """The reservation takes what is cached, then waits (the worker paused
+    before publishing) while the tag is dropped and created again above
+    every ID seen: it gives up what it took and starts over on the new
+    tag, so its result holds IDs of one tag only, no ID twice, and none
+    the new tag hands out to others."""
+    c = make_cluster()
+    c.start()
+    db = c.new_database()
+    c.sql("SELECT segment_create('t', step => 1000)", dbname=db)
+    seen = [r[0] for r in c.sql("SELECT segment_nextval('t') FROM generate_series(1, 10)", dbname=db)]
+    out = {}
+
+    def reserve():
+        try:
+            out["rows"] = c.sql("SELECT first, last FROM segment_reserve('t', 200000)", dbname=db)
+        except psycopg.Error as e:
+            out["error"] = e
+
+    waiter = threading.Thread(target=reserve)
+    with paused(c, "worker-before-publish", trigger=lambda: waiter.is_alive() or waiter.start()):
+        c.sql("SELECT segment_drop('t')", dbname=db)
+        c.sql(f"SELECT segment_create('t', start => {max(seen) + 1})", dbname=db)
+    waiter.join(timeout=60)
+    later = blocks_to_ids(c.sql("SELECT first, last FROM segment_reserve('t', 3000)", dbname=db))
+    assert "rows" in out, out  # the reservation starts over on the new tag
+    ids = blocks_to_ids(out["rows"])
+    assert len(ids) == 200000
+    assert_increasing(ids)
+    assert not set(ids) & set(later)
+    assert min(ids) > max(seen)
+
+
+def test_a_batch_keeps_its_block_while_other_tags_are_drawn_between_its_rows(cluster, db):
+    """Draws of another tag between two rows of segment_nextval(tag, n) do
+    not make it give up its block (that burned a block per row)."""
+    cluster.sql("SELECT segment_create('b', step => 1000)", dbname=db)
+    cluster.sql("SELECT segment_create('c', step => 1000)", dbname=db)
+    rows = cluster.sql("SELECT segment_nextval('b', 2000), segment_nextval('c')", dbname=db)
+    assert_increasing([r[0] for r in rows])
+    assert_increasing([r[1] for r in rows])
+    (used,), = cluster.sql("SELECT segment_nextval('b')", dbname=db)
+    assert used < 50_000, f"2,000 rows used IDs up to {used}: blocks were given up row by row"
