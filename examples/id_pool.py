@@ -79,16 +79,16 @@ class IdPool:
         # The call that hands out this many IDs of a reservation asks for the next.
         self._mark = max(1, math.ceil(block_size * prefetch_at))
         self._connect = connect if callable(connect) else (lambda: psycopg.connect(connect))
-        self._cond = threading.Condition()
+        self._cond = threading.Condition(threading.Lock())
         self._conn = None            # used by the fetcher only (and by the constructor, before it starts)
-        self._blocks = []            # the current reservation: [first, last] blocks, in order
-        self._used = 0               # IDs handed out (or skipped) from the current reservation
+        self._next, self._end = -2**63, -2**63 - 1  # the block IDs are handed out from: next ..= end
+        self._rest = []              # the current reservation's other blocks, in order
+        self._used = 0               # IDs handed out from the current reservation
         self._ahead = None           # the next reservation, once fetched
         self._wanted = False         # the fetcher has been asked for the next reservation
         self._done = 0               # fetches finished, well or not
         self._error = None           # the last fetch's failure, if it failed
         self._closed = False
-        self._last = None            # the last ID handed out
         self.reserve_calls = 0       # segment_reserve calls that returned a reservation
         self.waits = 0               # next_id calls that had to wait for a fetch
         self._take(self._reserve())
@@ -100,36 +100,45 @@ class IdPool:
     def next_id(self):
         """The next ID: strictly above every ID this pool handed out before."""
         with self._cond:
-            waited = False
-            while True:
-                if self._closed:
-                    raise PoolClosed(f"the ID pool of tag {self.tag!r} is closed")
-                while self._blocks and self._blocks[0][0] > self._blocks[0][1]:
-                    self._blocks.pop(0)
-                if self._blocks:
-                    block = self._blocks[0]
-                    value = block[0]
-                    block[0] += 1
-                    self._used += 1
-                    self._last = value
-                    if self._used == self._mark and self._ahead is None:
-                        self._want()
-                    return value
-                if self._ahead is not None:
-                    self._take(self._ahead)
-                    self._ahead = None
-                    continue
-                # Nothing in hand: the fetch is late, or failed. A failure of
-                # a fetch this call waited for is raised; an older one (of a
-                # prefetch) is retried first.
-                if waited and self._error is not None:
-                    raise self._error
-                if not waited:
-                    self.waits += 1
-                self._want()
-                done = self._done
-                self._cond.wait_for(lambda: self._done != done or self._closed)
-                waited = True
+            value = self._next
+            if value <= self._end and not self._closed:     # the fast path: a counter
+                self._next = value + 1
+                self._used += 1
+                if self._used == self._mark and self._ahead is None:
+                    self._want()
+                return value
+            return self._next_slow()
+
+    def _next_slow(self):
+        waited = False
+        while True:
+            if self._closed:
+                raise PoolClosed(f"the ID pool of tag {self.tag!r} is closed")
+            if self._next <= self._end:
+                value = self._next
+                self._next = value + 1
+                self._used += 1
+                if self._used == self._mark and self._ahead is None:
+                    self._want()
+                return value
+            if self._rest:                    # the reservation's next block
+                self._next, self._end = self._rest.pop(0)
+                continue
+            if self._ahead is not None:       # the next reservation, fetched ahead
+                self._take(self._ahead)
+                self._ahead = None
+                continue
+            # Nothing in hand: the fetch is late, or failed. A failure of a
+            # fetch this call waited for is raised; an older one (of a
+            # prefetch) is retried first.
+            if waited and self._error is not None:
+                raise self._error
+            if not waited:
+                self.waits += 1
+            self._want()
+            done = self._done
+            self._cond.wait_for(lambda: self._done != done or self._closed)
+            waited = True
 
     def wait_ahead(self, timeout=None):
         """Blocks until the next reservation is in hand (True), or the
@@ -175,13 +184,9 @@ class IdPool:
     def _take(self, reservation):
         """Makes a fetched reservation the current one, without any ID at or
         below the last one handed out (possible only after a reconnect)."""
-        blocks = []
-        for first, last in reservation:
-            if self._last is not None:
-                first = max(first, self._last + 1)
-            if first <= last:
-                blocks.append([first, last])
-        self._blocks = blocks
+        floor = self._next - 1                # the last ID handed out (or below every bigint)
+        self._rest = [(max(first, floor + 1), last) for first, last in reservation if last > floor]
+        self._next, self._end = floor + 1, floor   # empty: the next call takes the first block
         self._used = 0
 
     # -- the fetcher thread -------------------------------------------------
