@@ -2,14 +2,16 @@
 # The benchmark: pg_idgen against native sequences, identity and UUIDs, in
 # one run on a throwaway cluster (see tests/bench/bench.py for what it
 # measures), then tags attached to a slow central server (two shards, see
-# tests/bench/remote.py). Full run: under 15 minutes on 2 cores, and under
-# a minute more for the remote part; `--quick`
-# for a smoke run; `--only bench` or `--only remote` for one of the two.
+# tests/bench/remote.py), then bulk loads and IDs fetched by a client
+# (tests/bench/bulk.py). Full run: under 15 minutes on 2 cores, under a
+# minute more for the remote part and about 4 for the bulk part; `--quick`
+# for a smoke run; `--only bench`, `--only remote` or `--only bulk` for one
+# of the three.
 # The full run writes tests/bench/results/ and, with --update-readme, the
 # README's benchmark tables (which name the PostgreSQL version they ran
 # on and the command that made them).
 #
-#   bash tests/bench.sh [--pg 15|16|17|18] [--only bench|remote] [--quick] [--update-readme]
+#   bash tests/bench.sh [--pg 15|16|17|18] [--only bench|remote|bulk] [--quick] [--update-readme]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
@@ -25,8 +27,8 @@ while (($#)); do
     esac
 done
 case $only in
-    ''|bench|remote) ;;
-    *) echo "--only takes bench or remote, not '$only'" >&2; exit 2 ;;
+    ''|bench|remote|bulk) ;;
+    *) echo "--only takes bench, remote or bulk, not '$only'" >&2; exit 2 ;;
 esac
 
 # Not setup.sh's own install (into PostgreSQL 15): the build for the
@@ -62,4 +64,8 @@ fi
 if [[ -z $only || $only == remote ]]; then
     echo; echo "== benchmark: tags attached to a slow central server"
     .venv/bin/python tests/bench/remote.py "${args[@]}"
+fi
+if [[ -z $only || $only == bulk ]]; then
+    echo; echo "== benchmark: bulk loads, and IDs from a client"
+    .venv/bin/python tests/bench/bulk.py "${args[@]}"
 fi
