@@ -44,6 +44,7 @@ CORE_TESTS=(
     tests/integration/test_torture.py::test_crash_loop_never_repeats_an_id
     tests/integration/test_lifecycle.py
     tests/integration/test_blocks.py
+    tests/integration/test_examples.py
     tests/integration/test_remote.py::test_shards_and_a_seeds_client_never_share_an_id
     tests/integration/test_lease.py::test_three_servers_starting_at_once_get_three_machine_ids
 )
