@@ -43,7 +43,11 @@ struct Segments {
 impl LockedDoubleBuffer {
     fn new(step: u64) -> Self {
         LockedDoubleBuffer {
-            segments: parking_lot::Mutex::new(Segments { next_id: 1, end: 1, ahead: None }),
+            segments: parking_lot::Mutex::new(Segments {
+                next_id: 1,
+                end: 1,
+                ahead: None,
+            }),
             max_id: AtomicU64::new(0),
             step,
         }
@@ -104,10 +108,16 @@ fn measure(threads: usize, op: impl Fn() + Sync + Send + 'static) -> f64 {
 struct ExactClock;
 impl WallClock for ExactClock {
     fn now_ms(&self) -> i64 {
-        SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64
     }
     fn bounds_ms(&self) -> Option<(i64, i64)> {
         None
+    }
+    fn mono_ms(&self) -> i64 {
+        0 // never read: the machine id is fixed
     }
 }
 
@@ -120,44 +130,62 @@ impl WallClock for StoppedClock {
     fn bounds_ms(&self) -> Option<(i64, i64)> {
         Some((self.0, self.0))
     }
+    fn mono_ms(&self) -> i64 {
+        0 // never read: the machine id is fixed
+    }
 }
 
 fn main() {
     for threads in [1, 2] {
         let counter = Arc::new(AtomicU64::new(0));
         let c = counter.clone();
-        println!("atomic_fetch_add {threads} {:.0}", measure(threads, move || {
-            std::hint::black_box(c.fetch_add(1, Ordering::Relaxed));
-        }));
+        println!(
+            "atomic_fetch_add {threads} {:.0}",
+            measure(threads, move || {
+                std::hint::black_box(c.fetch_add(1, Ordering::Relaxed));
+            })
+        );
 
         let locked = Arc::new(LockedDoubleBuffer::new(1000));
         let l = locked.clone();
-        println!("locked_double_buffer {threads} {:.0}", measure(threads, move || {
-            std::hint::black_box(l.take());
-        }));
+        println!(
+            "locked_double_buffer {threads} {:.0}",
+            measure(threads, move || {
+                std::hint::black_box(l.take());
+            })
+        );
 
         // One endless range: the fast path alone, no refills.
         let chain = Arc::new(RangeChain::new());
         chain.publish(1, MAX_RANGE_LEN, u64::MAX).unwrap();
         let ch = chain.clone();
-        println!("segment_chain_take {threads} {:.0}", measure(threads, move || {
-            std::hint::black_box(ch.take());
-        }));
+        println!(
+            "segment_chain_take {threads} {:.0}",
+            measure(threads, move || {
+                std::hint::black_box(ch.take());
+            })
+        );
 
         let layout = Layout::new(DEFAULT_EPOCH_MS, 41, 10, 12, 63).unwrap();
         let generator = Arc::new(Generator::new(layout, 1, None));
         generator.persisted(layout.max_time_ms());
         let g = generator.clone();
-        println!("snowflake_exact_clock {threads} {:.0}", measure(threads, move || {
-            std::hint::black_box(g.next(&ExactClock, i64::MAX).ok());
-        }));
+        println!(
+            "snowflake_exact_clock {threads} {:.0}",
+            measure(threads, move || {
+                std::hint::black_box(g.next(&ExactClock, i64::MAX).ok());
+            })
+        );
 
         let generator = Arc::new(Generator::new(layout, 1, None));
         generator.persisted(layout.max_time_ms());
         let g = generator.clone();
         let stopped = StoppedClock(DEFAULT_EPOCH_MS + 1000);
-        println!("snowflake_state_machine {threads} {:.0}", measure(threads, move || {
-            std::hint::black_box(g.next(&stopped, i64::MAX).ok());
-        }));
+        println!(
+            "snowflake_state_machine {threads} {:.0}",
+            measure(threads, move || {
+                std::hint::black_box(g.next(&stopped, i64::MAX).ok());
+            })
+        );
     }
 }
