@@ -169,7 +169,7 @@ def markdown(results, mode):
     bulk, client = summary(results)
     lines = [
         f"Measured {m['date']} at commit `{m['commit']}` with `{results['command']}` ({mode} mode): "
-        f"{m['cores']} cores ({m['cpu']}, shared with other work), {m['memory_gb']} GB, {m['postgres']}.",
+        f"{m['cores']} cores ({m['cpu']}), {m['memory_gb']} GB, {m['postgres']}.",
         "",
         f"**Bulk loads** (`tests/bench/bulk.py`): {results['rows']:,} rows in one statement into "
         "`t (id <key>, payload text)`, the table truncated and checkpointed before each load; time per "
