@@ -1,1 +1,0 @@
-/work/main/tests/bench/ceiling/target/release/idgen_ceiling: /work/main/tests/bench/ceiling/src/../../../../src/segment/chain.rs /work/main/tests/bench/ceiling/src/../../../../src/snowflake/generator.rs /work/main/tests/bench/ceiling/src/../../../../src/snowflake/layout.rs /work/main/tests/bench/ceiling/src/main.rs
