@@ -6,6 +6,7 @@ use pgrx::pg_sys::errcodes::PgSqlErrorCode;
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::PgLogLevel;
 
+use crate::segment::distributor::{quote_identifier, quote_literal};
 use crate::segment::policy::RefillProblem;
 
 /// The longest tag a slot (and `id_segment.biz_tag`, `varchar(64)`) holds.
@@ -285,20 +286,10 @@ pub fn refill_problem_report(problem: &RefillProblem, tag: &str) -> StoredError 
     }
 }
 
-fn quote_literal(text: &str) -> String {
-    format!("'{}'", text.replace('\'', "''"))
-}
-
-/// `text` as a SQL identifier, quoted where PostgreSQL would need it.
-fn quote_ident(text: &str) -> String {
-    let plain = text
-        .bytes()
-        .enumerate()
-        .all(|(i, b)| b.is_ascii_lowercase() || b == b'_' || (i > 0 && b.is_ascii_digit()));
-    match plain && !text.is_empty() {
-        true => text.to_string(),
-        false => format!("\"{}\"", text.replace('"', "\"\"")),
-    }
+/// The value of a SQL argument that must not be NULL; raises the
+/// `NullArgument` error naming `what` when it is.
+pub fn required<T>(value: Option<T>, what: &'static str) -> T {
+    value.unwrap_or_else(|| IdgenError::NullArgument { what }.raise())
 }
 
 impl IdgenError {
@@ -502,12 +493,12 @@ impl IdgenError {
             }
             IdgenError::NoSuchServer { server } => format!(
                 "Create it with postgres_fdw: CREATE EXTENSION postgres_fdw; CREATE SERVER {} FOREIGN DATA WRAPPER postgres_fdw OPTIONS (host '...', dbname '...', connect_timeout '5'); CREATE USER MAPPING FOR CURRENT_USER SERVER {} OPTIONS (user '...', password '...');",
-                quote_ident(server), quote_ident(server)
+                quote_identifier(server), quote_identifier(server)
             ),
             IdgenError::NotPostgresFdw { .. } => "segment_attach takes ranges through postgres_fdw: name a server created with FOREIGN DATA WRAPPER postgres_fdw.".into(),
             IdgenError::NoConnectTimeout { server } => format!(
                 "Without it a refill can hang on an unreachable server: ALTER SERVER {} OPTIONS (ADD connect_timeout '5');",
-                quote_ident(server)
+                quote_identifier(server)
             ),
             IdgenError::RemoteTagMissing { tag, .. } => format!(
                 "Create it on the central server first (SELECT segment_create({}) there, or insert the seeds' row into its id_segment), then attach it here.",

@@ -11,9 +11,9 @@
 //! one cannot be created locally. The refill itself is the distributor's
 //! (`distributor.rs`, "Sources").
 
-use super::distributor;
+use super::distributor::{self, quote_identifier, quote_literal};
 use super::sql::{check_tag, current_table_oid, registry_or_raise};
-use crate::errors::IdgenError;
+use crate::errors::{required, IdgenError};
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 
@@ -75,19 +75,18 @@ fn segment_attach(
     fcinfo: pg_sys::FunctionCallInfo,
 ) {
     registry_or_raise();
-    let null = |what| IdgenError::NullArgument { what }.raise();
-    let tag = tag.unwrap_or_else(|| null("segment tag"));
-    let server = server.unwrap_or_else(|| null("server"));
-    let remote_schema = remote_schema.unwrap_or_else(|| null("remote_schema"));
-    let remote_table = remote_table.unwrap_or_else(|| null("remote_table"));
+    let tag = required(tag, "segment tag");
+    let server = required(server, "server");
+    let remote_schema = required(remote_schema, "remote_schema");
+    let remote_table = required(remote_table, "remote_table");
     check_tag(tag.as_bytes());
     let table_oid = current_table_oid(fcinfo);
-    let (local_table, _) = distributor::table_name_and_owner(table_oid)
-        .unwrap_or_else(|| IdgenError::ExtensionDropped.raise());
-    let schema = local_table
-        .strip_suffix(".id_segment")
-        .unwrap_or_else(|| IdgenError::ExtensionDropped.raise())
-        .to_string();
+    let (Some(schema), Some(registry_table)) = (
+        distributor::table_schema(table_oid),
+        distributor::remote_table_name(table_oid),
+    ) else {
+        IdgenError::ExtensionDropped.raise()
+    };
     let foreign_name = foreign_table_name(remote_schema, remote_table, server);
     // One source per tag: checked under the tag's lock, which
     // `segment_create` takes too, against committed rows.
@@ -111,14 +110,18 @@ fn segment_attach(
                 Some(1),
                 &[
                     foreign_name.as_str().into(),
-                    pg_unquote(&schema).into(),
+                    schema.as_str().into(),
                     format!("schema_name={remote_schema}").into(),
                     format!("table_name={remote_table}").into(),
                     server.into(),
                 ],
             )
             .map_err(spi_failed("segment_attach: foreign table"))?;
-        let qualified = format!("{schema}.{}", quote_identifier(&foreign_name));
+        let qualified = format!(
+            "{}.{}",
+            quote_identifier(&schema),
+            quote_identifier(&foreign_name)
+        );
         if existing.is_empty() {
             client
                 .update(
@@ -159,7 +162,7 @@ fn segment_attach(
         let inserted = client
             .update(
                 &format!(
-                    "INSERT INTO {schema}.id_segment_remote (biz_tag, server, foreign_table) \
+                    "INSERT INTO {registry_table} (biz_tag, server, foreign_table) \
                      VALUES ($1, $2, $3::pg_catalog.regclass) ON CONFLICT (biz_tag) DO NOTHING"
                 ),
                 None,
@@ -189,25 +192,4 @@ fn foreign_table_name(remote_schema: &str, remote_table: &str, server: &str) -> 
         (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
     });
     format!("{}~{hash:08x}", crate::errors::truncate_utf8(&full, 54))
-}
-
-fn quote_identifier(name: &str) -> String {
-    let name = std::ffi::CString::new(name).unwrap_or_default();
-    // SAFETY: quote_identifier reads a NUL-terminated string and returns
-    // it or a palloc'd quoted copy.
-    unsafe { std::ffi::CStr::from_ptr(pg_sys::quote_identifier(name.as_ptr())) }
-        .to_string_lossy()
-        .into_owned()
-}
-
-fn quote_literal(text: &str) -> String {
-    format!("'{}'", text.replace('\'', "''"))
-}
-
-/// A name as `quote_identifier` printed it, unquoted again.
-fn pg_unquote(quoted: &str) -> String {
-    match quoted.strip_prefix('"').and_then(|q| q.strip_suffix('"')) {
-        Some(inner) => inner.replace("\"\"", "\""),
-        None => quoted.to_string(),
-    }
 }

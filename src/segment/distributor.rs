@@ -500,6 +500,37 @@ pub fn raise_max_id(table_oid: u32, tag: &str, high_water: i64) {
     }
 }
 
+/// `name` as a SQL identifier, quoted where PostgreSQL needs it (its own
+/// `quote_identifier`: keywords included).
+pub fn quote_identifier(name: &str) -> String {
+    let name = std::ffi::CString::new(name).unwrap_or_default();
+    // SAFETY: quote_identifier reads a NUL-terminated string and returns
+    // it or a palloc'd quoted copy.
+    unsafe { std::ffi::CStr::from_ptr(pg_sys::quote_identifier(name.as_ptr())) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// `text` as a SQL string literal (standard_conforming_strings).
+pub fn quote_literal(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "''"))
+}
+
+/// The name (unquoted) of the schema of table `table_oid`, if the table
+/// still exists.
+pub fn table_schema(table_oid: u32) -> Option<String> {
+    // SAFETY: syscache look-ups inside a transaction; NULL: gone.
+    unsafe {
+        let schema =
+            pg_sys::get_namespace_name(pg_sys::get_rel_namespace(pg_sys::Oid::from(table_oid)));
+        (!schema.is_null()).then(|| {
+            std::ffi::CStr::from_ptr(schema)
+                .to_string_lossy()
+                .into_owned()
+        })
+    }
+}
+
 /// The schema-qualified name and the owner of table `table_oid`, if it
 /// still exists.
 pub fn table_name_and_owner(table_oid: u32) -> Option<(String, pg_sys::Oid)> {
@@ -518,11 +549,7 @@ pub fn table_name_and_owner(table_oid: u32) -> Option<(String, pg_sys::Oid)> {
         if schema.is_null() || relname.is_null() {
             return None;
         }
-        let quote = |name| {
-            std::ffi::CStr::from_ptr(pg_sys::quote_identifier(name))
-                .to_string_lossy()
-                .into_owned()
-        };
+        let quote = |name| quote_identifier(&std::ffi::CStr::from_ptr(name).to_string_lossy());
         Some((format!("{}.{}", quote(schema), quote(relname)), owner))
     }
 }

@@ -28,7 +28,7 @@ use super::created_here;
 use super::distributor::{self, RowState};
 use super::registry::{registry, Lookup, Registry};
 use super::worker;
-use crate::errors::{IdgenError, TAG_MAX_BYTES};
+use crate::errors::{required, IdgenError, TAG_MAX_BYTES};
 use crate::gucs;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -263,6 +263,23 @@ fn after_take(registry: &Registry, index: usize, taken: Taken) -> i64 {
     taken.id
 }
 
+/// Up to `n` IDs of a slot at once; the block counts as this backend's
+/// take, and one that crossed a prefetch mark wakes the worker.
+fn take_block(
+    registry: &Registry,
+    index: usize,
+    generation: u64,
+    n: u64,
+) -> Option<super::chain::TakenBlock> {
+    let block = registry.slot(index).take_block_for(generation, n)?;
+    note_take(index);
+    if block.hit_mark {
+        // Not waiting: as in `after_take`.
+        let _ = request_refill(registry, index);
+    }
+    Some(block)
+}
+
 /// The next ID of `tag`'s slot, waiting for a refill if none is cached.
 /// Returns `None` when the slot was freed or reassigned meanwhile (the
 /// caller resolves the tag again).
@@ -293,15 +310,7 @@ fn next_id_slow(
     if fallback && slot.stats.falling_back.load(Ordering::Relaxed) {
         // Ask the worker now and then only: each ask skips its back-off,
         // and a central server in trouble should not see a retry storm.
-        let now = super::registry::now_ms();
-        let asked = slot.stats.fallback_asked_at_ms.load(Ordering::Relaxed);
-        if now - asked >= 1000
-            && slot
-                .stats
-                .fallback_asked_at_ms
-                .compare_exchange(asked, now, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-        {
+        if first_in(&slot.stats.fallback_asked_at_ms, FALLBACK_ASK_EVERY_MS) {
             if let Err(e) = request_refill(registry, index) {
                 e.raise();
             }
@@ -402,6 +411,20 @@ fn next_id_slow(
 /// How often, at most, a tag's fallback IDs are logged.
 const FALLBACK_WARNING_EVERY_MS: i64 = 60_000;
 
+/// How often, at most, falling-back calls ask the worker for a range.
+const FALLBACK_ASK_EVERY_MS: i64 = 1_000;
+
+/// Whether this caller is the first, among all backends, in `every_ms`
+/// since `stamp` (ms, `now_ms`) was last moved; if so, it moves it to now.
+fn first_in(stamp: &std::sync::atomic::AtomicI64, every_ms: i64) -> bool {
+    let now = super::registry::now_ms();
+    let last = stamp.load(Ordering::Relaxed);
+    now - last >= every_ms
+        && stamp
+            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+}
+
 /// A snowflake ID in place of a segment ID that did not come in time
 /// (`pg_idgen.snowflake_fallback`): counted in the slot, and logged as a
 /// WARNING at most once a minute per tag.
@@ -411,14 +434,7 @@ fn fallback_id(slot: &super::registry::Slot, tag: &[u8], waited: Duration, cause
     let stats = &slot.stats;
     stats.falling_back.store(true, Ordering::Relaxed);
     let count = stats.fallback_ids.fetch_add(1, Ordering::Relaxed) + 1;
-    let now = super::registry::now_ms();
-    let warned = stats.fallback_warned_at_ms.load(Ordering::Relaxed);
-    if now - warned >= FALLBACK_WARNING_EVERY_MS
-        && stats
-            .fallback_warned_at_ms
-            .compare_exchange(warned, now, Ordering::Relaxed, Ordering::Relaxed)
-            .is_ok()
-    {
+    if first_in(&stats.fallback_warned_at_ms, FALLBACK_WARNING_EVERY_MS) {
         IdgenError::log(
             &crate::errors::StoredError {
                 sqlstate: PgSqlErrorCode::ERRCODE_WARNING as i32,
@@ -606,13 +622,8 @@ impl Batch {
                     })
                 }
                 Source::Slot { index, generation } => {
-                    let slot = self.registry.slot(index);
                     let wanted = self.remaining.min(BATCH_CHUNK);
-                    if let Some(block) = slot.take_block_for(generation, wanted) {
-                        note_take(index);
-                        if block.hit_mark {
-                            let _ = request_refill(self.registry, index);
-                        }
+                    if let Some(block) = take_block(self.registry, index, generation, wanted) {
                         let (first, len) = block.runs()[0];
                         self.block = Some(block);
                         self.run = 0;
@@ -655,17 +666,6 @@ impl Iterator for Batch {
     }
 }
 
-/// The non-NULL arguments of the calls for many IDs.
-fn tag_and_count(tag: Option<&str>, n: Option<i32>) -> (&str, i32) {
-    fn null(what: &'static str) -> ! {
-        IdgenError::NullArgument { what }.raise()
-    }
-    (
-        tag.unwrap_or_else(|| null("segment tag")),
-        n.unwrap_or_else(|| null("number of IDs")),
-    )
-}
-
 /// `segment_nextval(tag, n)`: `n` IDs of `tag`, increasing.
 #[pg_extern(name = "segment_nextval", volatile, parallel_unsafe)]
 fn segment_nextval_many(
@@ -675,7 +675,7 @@ fn segment_nextval_many(
 ) -> SetOfIterator<'static, i64> {
     let registry = registry_or_raise();
     check_writable("segment_nextval()");
-    let (tag, n) = tag_and_count(tag, n);
+    let (tag, n) = (required(tag, "segment tag"), required(n, "number of IDs"));
     if n < 0 {
         IdgenError::BadCount { n }.raise();
     }
@@ -708,7 +708,7 @@ fn segment_reserve(
 ) -> TableIterator<'static, (name!(first, i64), name!(last, i64))> {
     let registry = registry_or_raise();
     check_writable("segment_reserve()");
-    let (tag, n) = tag_and_count(tag, n);
+    let (tag, n) = (required(tag, "segment tag"), required(n, "number of IDs"));
     if !(1..=RESERVE_MAX).contains(&n) {
         IdgenError::BadReserveCount {
             n,
@@ -750,12 +750,7 @@ fn segment_reserve(
                 remaining = 0;
             }
             Source::Slot { index, generation } => {
-                let slot = registry.slot(index);
-                if let Some(block) = slot.take_block_for(generation, remaining) {
-                    note_take(index);
-                    if block.hit_mark {
-                        let _ = request_refill(registry, index);
-                    }
+                if let Some(block) = take_block(registry, index, generation, remaining) {
                     for &(first, len) in block.runs() {
                         add(&mut blocks, first, len);
                         remaining -= len;
@@ -791,14 +786,9 @@ fn segment_create(
     fcinfo: pg_sys::FunctionCallInfo,
 ) {
     registry_or_raise();
-    let tag = tag.unwrap_or_else(|| {
-        IdgenError::NullArgument {
-            what: "segment tag",
-        }
-        .raise()
-    });
-    let start = start.unwrap_or_else(|| IdgenError::NullArgument { what: "start" }.raise());
-    let step = step.unwrap_or_else(|| IdgenError::NullArgument { what: "step" }.raise());
+    let tag = required(tag, "segment tag");
+    let start = required(start, "start");
+    let step = required(step, "step");
     check_tag(tag.as_bytes());
     if start < 1 {
         IdgenError::BadStart { start }.raise();
@@ -856,12 +846,7 @@ fn segment_create(
 #[pg_extern(volatile, parallel_unsafe)]
 fn segment_drop(tag: Option<&str>, fcinfo: pg_sys::FunctionCallInfo) {
     let registry = registry_or_raise();
-    let tag = tag.unwrap_or_else(|| {
-        IdgenError::NullArgument {
-            what: "segment tag",
-        }
-        .raise()
-    });
+    let tag = required(tag, "segment tag");
     check_tag(tag.as_bytes());
     let table_oid = current_table_oid(fcinfo);
     let delete = format!(

@@ -169,8 +169,7 @@ impl Generator {
 
     /// The machine id of the last ID issued (or to be issued next).
     pub fn machine(&self) -> i64 {
-        let packed = self.last.load(Ordering::Acquire) as i64;
-        (packed >> self.layout.sequence_bits) & self.layout.max_machine()
+        self.machine_of(self.last.load(Ordering::Acquire))
     }
 
     /// Lease mode: nothing is issued until `take_lease`.
@@ -231,6 +230,12 @@ impl Generator {
     pub fn lease_state(&self) -> Option<(i64, i64)> {
         let stop = self.stop_at_mono_ms.load(Ordering::Acquire);
         (stop != i64::MAX).then(|| (stop, self.ceiling.load(Ordering::Acquire)))
+    }
+
+    /// The machine id in a packed `last`.
+    #[inline]
+    fn machine_of(&self, packed: u64) -> i64 {
+        (packed as i64 >> self.layout.sequence_bits) & self.layout.max_machine()
     }
 
     #[inline]
@@ -341,7 +346,7 @@ impl Generator {
                 self.stats.persist_waits.fetch_add(1, Ordering::Relaxed);
                 return Err(Refusal::NotPersisted);
             }
-            let machine = (current as i64 >> self.layout.sequence_bits) & self.layout.max_machine();
+            let machine = self.machine_of(current);
             let packed = self.layout.compose(Parts {
                 time_ms: next_time,
                 machine,

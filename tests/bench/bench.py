@@ -402,16 +402,25 @@ def update_readme(table, marker="bench"):
         f.write(head + start + "\n" + table + end + tail)
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="a smoke run: small N, short runs")
+def parse_run_args(doc, quick_help, temp_prefix):
+    """The command line every benchmark script takes: --quick, --out and
+    --update-readme. Returns the arguments, the mode ("quick" or "full")
+    and the directory results go to (made if need be): tests/bench/results
+    for a full run, a temporary one for a quick run unless --out says."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help=quick_help)
     parser.add_argument("--out", default=None, help="where results go (default: tests/bench/results)")
-    parser.add_argument("--update-readme", action="store_true", help="put the new table into README.md")
+    parser.add_argument("--update-readme", action="store_true", help="put the new tables into README.md")
     args = parser.parse_args()
     mode = "quick" if args.quick else "full"
-    settings = MODES[mode]
-    out = args.out or (os.path.join(HERE, "results") if mode == "full" else tempfile.mkdtemp(prefix="pg_idgen-bench."))
+    out = args.out or (os.path.join(HERE, "results") if mode == "full" else tempfile.mkdtemp(prefix=temp_prefix))
     os.makedirs(out, exist_ok=True)
+    return args, mode, out
+
+
+def main():
+    args, mode, out = parse_run_args(__doc__, "a smoke run: small N, short runs", "pg_idgen-bench.")
+    settings = MODES[mode]
     random.seed(20261130)
 
     cluster = Cluster(conf=["shared_buffers = '512MB'", "synchronous_commit = off", "max_wal_size = '8GB'",

@@ -24,23 +24,20 @@ all alike. Writes bulk.md, bulk.json and bulk.png to --out;
 <!-- bench-bulk:end --> block.
 """
 
-import argparse
 import json
 import os
 import random
 import statistics
 import sys
-import tempfile
 import time
 
 # bench.py puts tests/lib on the path: import it first.
-from bench import REPO, bench_command, describe_machine, progress, update_readme
+from bench import REPO, bench_command, describe_machine, parse_run_args, progress, update_readme
 from cluster import Cluster
 
 sys.path.insert(0, os.path.join(REPO, "examples"))
 from id_pool import IdPool  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 
 MODES = {
     "full": dict(rows=1_000_000, bulk_rounds=5, client_rounds=3,
@@ -245,16 +242,8 @@ def plot(results, out):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="a smoke run: fewer rows and IDs")
-    parser.add_argument("--out", default=None, help="where results go (default: tests/bench/results)")
-    parser.add_argument("--update-readme", action="store_true", help="put the new tables into README.md")
-    args = parser.parse_args()
-    mode = "quick" if args.quick else "full"
+    args, mode, out = parse_run_args(__doc__, "a smoke run: fewer rows and IDs", "pg_idgen-bench-bulk.")
     settings = MODES[mode]
-    out = args.out or (os.path.join(HERE, "results") if mode == "full"
-                       else tempfile.mkdtemp(prefix="pg_idgen-bench-bulk."))
-    os.makedirs(out, exist_ok=True)
     random.seed(20261201)
 
     cluster = Cluster(conf=["shared_buffers = '512MB'", "max_wal_size = '8GB'", "checkpoint_timeout = '30min'"],

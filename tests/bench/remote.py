@@ -21,18 +21,15 @@ Writes remote.md and remote.json to --out; --update-readme replaces the
 README's <!-- bench-remote:start --> ... <!-- bench-remote:end --> block.
 """
 
-import argparse
 import json
 import os
-import tempfile
 import threading
 import time
 
 # bench.py puts tests/lib on the path: import it first.
-from bench import bench_command, describe_machine, progress, update_readme
+from bench import bench_command, describe_machine, parse_run_args, progress, update_readme
 from cluster import Cluster
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 
 MODES = {
     "full": dict(warmup_seconds=3.0, ids_per_session=10_000_000),
@@ -222,16 +219,8 @@ def markdown(results, mode):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="a smoke run: short warm-up, fewer IDs")
-    parser.add_argument("--out", default=None, help="where results go (default: tests/bench/results)")
-    parser.add_argument("--update-readme", action="store_true", help="put the new table into README.md")
-    args = parser.parse_args()
-    mode = "quick" if args.quick else "full"
+    args, mode, out = parse_run_args(__doc__, "a smoke run: short warm-up, fewer IDs", "pg_idgen-bench-remote.")
     settings = MODES[mode]
-    out = args.out or (os.path.join(HERE, "results") if mode == "full"
-                       else tempfile.mkdtemp(prefix="pg_idgen-bench-remote."))
-    os.makedirs(out, exist_ok=True)
 
     central = Cluster(name="pg_idgen-bench-central.")
     shards = [Cluster(conf=[f"pg_idgen.machine_id = {i + 1}"], name=f"pg_idgen-bench-shard{i + 1}.")
