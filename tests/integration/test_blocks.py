@@ -159,3 +159,54 @@ def test_a_batch_keeps_its_block_while_other_tags_are_drawn_between_its_rows(clu
     assert_increasing([r[1] for r in rows])
     (used,), = cluster.sql("SELECT segment_nextval('b')", dbname=db)
     assert used < 50_000, f"2,000 rows used IDs up to {used}: blocks were given up row by row"
+
+
+def test_reserve_and_base62_from_every_calling_context_and_after_a_restart(make_cluster):
+    """segment_reserve from PL/pgSQL, a trigger, a prepared statement and a
+    cursor, then after a restart; base62 from the same places: every block
+    of the tag distinct and each later call above the one before."""
+    c = make_cluster()
+    c.start()
+    db = c.new_database()
+    c.sql("SELECT segment_create('ctx', step => 10)", dbname=db)
+    c.sql("""
+        CREATE FUNCTION reserve_in_plpgsql(n int) RETURNS SETOF bigint LANGUAGE plpgsql AS $$
+        DECLARE b record;
+        BEGIN
+          FOR b IN SELECT * FROM segment_reserve('ctx', n) LOOP
+            RETURN QUERY SELECT generate_series(b.first, b.last);
+          END LOOP;
+        END $$;
+        CREATE TABLE t (id bigint PRIMARY KEY, code text);
+        CREATE FUNCTION from_reserve() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+          SELECT first INTO NEW.id FROM segment_reserve('ctx', 1);
+          NEW.code := idgen_base62(NEW.id);
+          RETURN NEW;
+        END $$;
+        CREATE TRIGGER from_reserve BEFORE INSERT ON t FOR EACH ROW EXECUTE FUNCTION from_reserve();
+        """, dbname=db)
+    got = []
+    got += [r[0] for r in c.sql("SELECT reserve_in_plpgsql(25)", dbname=db)]
+    got += [r[0] for r in c.sql("INSERT INTO t (id) SELECT 0 FROM generate_series(1, 5) RETURNING id",
+                                dbname=db)]
+    with c.connect(db) as conn:
+        for n in (3, 30, 7):
+            rows = conn.execute("SELECT first, last FROM segment_reserve('ctx', %s)", (n,),
+                                prepare=True).fetchall()
+            got += blocks_to_ids(rows)
+    with c.connect(db, autocommit=False) as conn:
+        conn.execute("DECLARE r CURSOR FOR SELECT first, last FROM segment_reserve('ctx', 40)")
+        got += blocks_to_ids(conn.execute("FETCH ALL FROM r").fetchall())
+        conn.commit()
+    c.restart(mode="immediate")
+    got += blocks_to_ids(c.sql("SELECT first, last FROM segment_reserve('ctx', 50)", dbname=db))
+    assert len(got) == 25 + 5 + 40 + 40 + 50
+    assert_increasing(got)
+    codes = c.sql("SELECT id, code, idgen_base62_decode(code) FROM t ORDER BY id", dbname=db)
+    assert len(codes) == 5
+    for id_, code, decoded in codes:
+        assert decoded == id_, (id_, code, decoded)
+    with c.connect(db) as conn:
+        for id_, code, _ in codes:
+            assert conn.execute("SELECT idgen_base62(%s::bigint)", (id_,), prepare=True).fetchone()[0] == code

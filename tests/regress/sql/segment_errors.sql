@@ -200,6 +200,15 @@ SELECT segment_attach('far', 'loop', remote_schema => 'central');
 \echo :LAST_ERROR_SQLSTATE
 SELECT segment_create('far');
 \echo :LAST_ERROR_SQLSTATE
+-- The central row deleted: the next refill names it (and frees the slot).
+DELETE FROM central.id_segment WHERE biz_tag = 'far';
+SELECT count(segment_nextval('far')) FROM generate_series(1, 100000);
+\echo :LAST_ERROR_SQLSTATE
+-- The foreign table's name taken by a relation that is not that table.
+CREATE TABLE "central.taken@loop" (x int);
+SELECT segment_attach('other', 'loop', remote_schema => 'central', remote_table => 'taken');
+\echo :LAST_ERROR_SQLSTATE
+DROP TABLE "central.taken@loop";
 SELECT segment_drop('far');
 SELECT segment_nextval('far');
 \echo :LAST_ERROR_SQLSTATE
