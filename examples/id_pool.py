@@ -1,5 +1,5 @@
-"""A client-side ID pool over pg_idgen's segment_reserve: the seed's
-double-buffer generator, done right.
+"""A client-side ID pool over pg_idgen's segment_reserve: the
+double-buffer generator of the segment-caching article, done right.
 
     from id_pool import IdPool
 
@@ -20,7 +20,7 @@ What it guarantees:
 * Never twice. The IDs come from the tag's ranges in shared memory, the
   same ones `segment_nextval(tag)` and every other pool draw from, so no
   pool, no session calling `segment_nextval`, and no program running the
-  seeds' version CAS on the `id_segment` row hands out one of its IDs.
+  classic version CAS on the `id_segment` row hands out one of its IDs.
 * Strictly increasing per pool. Every reservation is made on the same
   connection, and segment_reserve puts each call's blocks above that
   backend's earlier IDs of the tag; the pool consumes a reservation's
@@ -31,13 +31,13 @@ What it guarantees:
 * Unused IDs are a gap, not a loss of uniqueness: `close()` (or the
   process dying) simply forgets the rest of the reservation.
 
-What goes wrong in the seed's version. Its `DoubleBufferSegmentGenerator`
+What goes wrong in the article's version. Its `DoubleBufferSegmentGenerator`
 keeps, after a successful CAS, `next_current = old_max` and later switches
 with `current_id = next_current` and *returns that value* (its synchronous
 fallback `_load_segment` does the same). `old_max` is the row's `max_id`
 before the update: the last ID of the range the previous holder took, not an
 ID of the new range `(old_max, old_max + step]`. So on every switch the
-seed's client hands out an ID of the previous holder's range: its own
+article's client hands out an ID of the previous holder's range: its own
 previous range's last ID when it is alone on the row (it hands that ID out
 twice itself), or the last ID of another allocator's range — another
 instance, or pg_idgen's refill worker — which that allocator hands out too.

@@ -1,6 +1,6 @@
 -- pg_idgen bootstrap: objects the generated SQL builds on.
 
--- The segment table, in the seeds' layout. max_id is the largest ID already
+-- The segment table, in the layout of Meituan Leaf's segment table. max_id is the largest ID already
 -- handed to any allocator; the next range starts at max_id + 1. Allocators
 -- (this extension's worker, or an application) take a range with a
 -- version CAS:

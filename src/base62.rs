@@ -1,4 +1,4 @@
-//! Base62 short codes for IDs (the seed's URL shortener; CosId's radix-62
+//! Base62 short codes for IDs (the segment-caching article's URL shortener; CosId's radix-62
 //! converter): digits, then upper-case, then lower-case letters, so codes
 //! of one length sort like the numbers they stand for. Pure: the SQL
 //! functions `idgen_base62` and `idgen_base62_decode` (in `lib.rs`'s

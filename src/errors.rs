@@ -1,13 +1,17 @@
-//! Every error pg_idgen raises, in one place: its SQLSTATE, its message and
-//! the hint that names the fix. Code elsewhere builds an `IdgenError` and
-//! calls `raise()`; nothing else calls `ereport`.
+//! Every error and warning pg_idgen reports, in one place: its SQLSTATE,
+//! its message and the hint that names the fix. Code elsewhere builds an
+//! `IdgenError` and calls `raise()` (ERROR), `warn()` (WARNING) or
+//! `stored()` (a worker's error kept for its callers); nothing else calls
+//! `ereport`. Each of them is `#[track_caller]`, so the report's LOCATION
+//! names the line that raised it, not this file.
 
 use pgrx::pg_sys::errcodes::PgSqlErrorCode;
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::PgLogLevel;
 
-use crate::segment::distributor::{quote_identifier, quote_literal};
+use crate::catalog::{quote_identifier, quote_literal};
 use crate::segment::policy::RefillProblem;
+use crate::snowflake::state_file::STATE_FILE;
 
 /// The longest tag a slot (and `id_segment.biz_tag`, `varchar(64)`) holds.
 pub const TAG_MAX_BYTES: usize = 64;
@@ -197,6 +201,55 @@ pub enum IdgenError {
         message: String,
         hint: String,
     },
+    /// A waiting call gave up at `refill_timeout` while refills failed
+    /// with an error that may pass (a locked row, a lost connection).
+    RefillTimedOutBecause {
+        tag: String,
+        waited_ms: i64,
+        sqlstate: i32,
+        message: String,
+        hint: String,
+    },
+    /// The IDs of a tag created by the calling transaction ran out.
+    TagExhausted {
+        tag: String,
+    },
+    /// The worker's refill found the row (or the table) locked.
+    RefillRowLocked,
+    /// SPI itself failed in a refill (not a PostgreSQL error).
+    RefillSpiFailed {
+        tag: String,
+        message: String,
+    },
+    /// A range the worker took could not be put into shared memory.
+    RangeNotCached {
+        tag: String,
+        first: i64,
+        last: i64,
+        problem: String,
+    },
+    /// A refill worker exited before it could serve its database.
+    WorkerExitedWhileStarting {
+        database: u32,
+    },
+    /// WARNING: `segment_nextval` hands out snowflake IDs instead
+    /// (`pg_idgen.snowflake_fallback`).
+    FallbackIds {
+        tag: String,
+        waited_ms: i64,
+        cause: String,
+        count: u64,
+    },
+    /// WARNING: `pg_idgen.machine_id = 'hostname'` on a host whose name
+    /// may not be unique.
+    HostnameMachineIdDoubt {
+        machine: i64,
+        doubt: String,
+    },
+    /// WARNING: the snowflake keeper could not write the state file.
+    StateFileWriteFailed {
+        problem: String,
+    },
 }
 
 /// An error the refill worker meets, as it is stored in shared memory for
@@ -288,8 +341,12 @@ pub fn refill_problem_report(problem: &RefillProblem, tag: &str) -> StoredError 
 
 /// The value of a SQL argument that must not be NULL; raises the
 /// `NullArgument` error naming `what` when it is.
+#[track_caller]
 pub fn required<T>(value: Option<T>, what: &'static str) -> T {
-    value.unwrap_or_else(|| IdgenError::NullArgument { what }.raise())
+    let Some(value) = value else {
+        IdgenError::NullArgument { what }.raise()
+    };
+    value
 }
 
 impl IdgenError {
@@ -348,6 +405,17 @@ impl IdgenError {
             IdgenError::ForeignTableTaken { .. } => ERRCODE_DUPLICATE_TABLE,
             IdgenError::ExtensionDropped => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             IdgenError::RefillFailed { sqlstate, .. } => PgSqlErrorCode::from(*sqlstate),
+            IdgenError::RefillTimedOutBecause { sqlstate, .. } => PgSqlErrorCode::from(*sqlstate),
+            IdgenError::TagExhausted { .. } => ERRCODE_SEQUENCE_GENERATOR_LIMIT_EXCEEDED,
+            IdgenError::RefillRowLocked => ERRCODE_LOCK_NOT_AVAILABLE,
+            IdgenError::RefillSpiFailed { .. } => ERRCODE_INTERNAL_ERROR,
+            IdgenError::RangeNotCached { .. } => ERRCODE_INTERNAL_ERROR,
+            IdgenError::WorkerExitedWhileStarting { .. } => {
+                ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE
+            }
+            IdgenError::FallbackIds { .. } => ERRCODE_WARNING,
+            IdgenError::HostnameMachineIdDoubt { .. } => ERRCODE_WARNING,
+            IdgenError::StateFileWriteFailed { .. } => ERRCODE_IO_ERROR,
         }
     }
 
@@ -473,6 +541,48 @@ impl IdgenError {
                 "extension \"pg_idgen\" was dropped while this statement was running".into()
             }
             IdgenError::RefillFailed { message, .. } => message.clone(),
+            IdgenError::RefillTimedOutBecause {
+                tag,
+                waited_ms,
+                message,
+                ..
+            } => format!(
+                "segment tag \"{tag}\" got no new range within pg_idgen.refill_timeout ({waited_ms} ms): {message}"
+            ),
+            IdgenError::TagExhausted { tag } => {
+                format!("segment tag \"{tag}\" is exhausted: its last ID is the largest bigint")
+            }
+            IdgenError::RefillRowLocked => {
+                "its id_segment row (or the table) is locked by another transaction".into()
+            }
+            IdgenError::RefillSpiFailed { tag, message } => {
+                format!("refill of segment tag \"{tag}\" failed: {message}")
+            }
+            IdgenError::RangeNotCached {
+                tag,
+                first,
+                last,
+                problem,
+            } => format!(
+                "range {first}..{last} of segment tag \"{tag}\" could not be cached: {problem}"
+            ),
+            IdgenError::WorkerExitedWhileStarting { database } => format!(
+                "the pg_idgen refill worker for the database with OID {database} exited while starting"
+            ),
+            IdgenError::FallbackIds {
+                tag,
+                waited_ms,
+                cause,
+                count,
+            } => format!(
+                "segment tag \"{tag}\" got no range within {waited_ms} ms ({cause}): handing out snowflake IDs instead ({count} so far)"
+            ),
+            IdgenError::HostnameMachineIdDoubt { machine, doubt } => format!(
+                "pg_idgen.machine_id = 'hostname' gives machine id {machine}, but {doubt}"
+            ),
+            IdgenError::StateFileWriteFailed { problem } => {
+                format!("pg_idgen: could not write {STATE_FILE}: {problem}")
+            }
         }
     }
 
@@ -501,7 +611,7 @@ impl IdgenError {
                 quote_identifier(server)
             ),
             IdgenError::RemoteTagMissing { tag, .. } => format!(
-                "Create it on the central server first (SELECT segment_create({}) there, or insert the seeds' row into its id_segment), then attach it here.",
+                "Create it on the central server first (SELECT segment_create({}) there, or INSERT the tag's row into its id_segment), then attach it here.",
                 quote_literal(tag)
             ),
             IdgenError::ForeignTableTaken { .. } => "Drop or rename that relation, then run segment_attach again.".into(),
@@ -552,10 +662,20 @@ impl IdgenError {
             IdgenError::RowHeldByCaller { .. } => "Commit or roll back the change to the id_segment row first (the refill worker waits for it), or draw the IDs before changing the row.".into(),
             IdgenError::ExtensionDropped => "Run the statement again; IDs cached before the drop are never handed out.".into(),
             IdgenError::RefillFailed { hint, .. } => hint.clone(),
+            IdgenError::RefillTimedOutBecause { hint, .. } => hint.clone(),
+            IdgenError::TagExhausted { .. } => "No more IDs can be handed out for this tag; move the table to a new tag.".into(),
+            IdgenError::RefillRowLocked => "A transaction holds the row (SELECT ... FOR UPDATE, or an UPDATE or DELETE not yet committed) or a lock on id_segment (ALTER EXTENSION pg_idgen UPDATE, DDL): end it. pg_locks and pg_stat_activity show which session it is.".into(),
+            IdgenError::RefillSpiFailed { .. } => "Check the server log.".into(),
+            IdgenError::RangeNotCached { .. } => "This is a bug in pg_idgen; the range is skipped and no ID repeats.".into(),
+            IdgenError::WorkerExitedWhileStarting { .. } => "The server log has the worker's error (look for \"pg_idgen refill worker\"); the next call that needs IDs starts it again.".into(),
+            IdgenError::FallbackIds { .. } => "pg_idgen.snowflake_fallback is on. These IDs are far larger than the tag's own; segment_status.fallback_ids counts them.".into(),
+            IdgenError::HostnameMachineIdDoubt { .. } => "Two servers with the same machine id can issue the same snowflake IDs. 'hostname' suits the pods of one StatefulSet (pg-0, pg-1, ...); elsewhere set pg_idgen.machine_id to a number unique to each server.".into(),
+            IdgenError::StateFileWriteFailed { .. } => "Snowflake IDs wait until it can be written; check the data directory's space and permissions.".into(),
         }
     }
 
     /// Raises the error as a PostgreSQL `ERROR`: never returns.
+    #[track_caller]
     pub fn raise(self) -> ! {
         let report =
             ErrorReport::new(self.code(), self.message(), "pg_idgen").set_hint(self.hint());
@@ -563,7 +683,27 @@ impl IdgenError {
         unreachable!("ERROR does not return")
     }
 
-    /// Logs the error at `WARNING`/`LOG` level with its SQLSTATE and carries on.
+    /// Reports it as a `WARNING` (to the client and the log) and carries on.
+    #[track_caller]
+    pub fn warn(self) {
+        ErrorReport::new(self.code(), self.message(), "pg_idgen")
+            .set_hint(self.hint())
+            .report(PgLogLevel::WARNING);
+    }
+
+    /// The error as a worker stores it in shared memory for its callers
+    /// (and logs it): SQLSTATE, message and hint.
+    pub fn stored(&self) -> StoredError {
+        StoredError {
+            sqlstate: self.code() as i32,
+            message: self.message(),
+            hint: self.hint(),
+        }
+    }
+
+    /// Logs a stored error at `WARNING`/`LOG` level with its SQLSTATE and
+    /// carries on.
+    #[track_caller]
     pub fn log(stored: &StoredError, level: PgLogLevel) {
         ErrorReport::new(
             PgSqlErrorCode::from(stored.sqlstate),

@@ -25,8 +25,9 @@ pub static WORKER_IDLE_TIMEOUT_S: GucSetting<i32> = GucSetting::<i32>::new(60);
 /// How long, in seconds, of a remote tag's demand the worker keeps cached.
 pub static REMOTE_CACHE_AHEAD_S: GucSetting<i32> = GucSetting::<i32>::new(60);
 
-/// The longest one refill transaction of the worker may take, commit
-/// included, in milliseconds.
+/// The longest one transaction of a pg_idgen worker may take, commit
+/// included, in milliseconds: each refill, and each statement of the lease
+/// keeper (both pass it to `bgworker::in_transaction`).
 pub static REMOTE_TIMEOUT_MS: GucSetting<i32> = GucSetting::<i32>::new(5_000);
 
 /// `segment_nextval` returns a snowflake ID instead of failing when no
@@ -40,7 +41,7 @@ pub fn register() {
     GucRegistry::define_int_guc(
         c"pg_idgen.max_tags",
         c"Maximum number of segment tags (per database) kept in shared memory.",
-        c"Each (database, tag) pair that segment_nextval() has used holds one slot of about 600 bytes until segment_drop() or a restart.",
+        c"Each (database, tag) pair that segment_nextval() has used holds one slot of about 1.6 kB of shared memory until segment_drop() or a restart.",
         &MAX_TAGS,
         16,
         1_000_000,
@@ -107,8 +108,8 @@ pub fn register() {
     );
     GucRegistry::define_int_guc(
         c"pg_idgen.remote_timeout",
-        c"The longest one refill of the worker may take, commit included, before it is cancelled.",
-        c"Through postgres_fdw the cancel reaches the central server; the refill is retried with back-off.",
+        c"The longest one transaction of a pg_idgen worker (a refill, a lease claim or renewal) may take, commit included, before it is cancelled.",
+        c"Through postgres_fdw the cancel reaches the central server; a refill is retried with back-off, a lease statement at the lease keeper's next step.",
         &REMOTE_TIMEOUT_MS,
         100,
         3_600_000,

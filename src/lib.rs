@@ -4,12 +4,17 @@
 //! (settings, shared-memory and object-access hooks), the extension's
 //! hand-written SQL, and the in-server tests of the top-level `pg_test/`
 //! folder that `cargo pgrx test` needs. See `segment` for segment IDs,
-//! `snowflake` for snowflake IDs and `base62` for short codes.
+//! `snowflake` for snowflake IDs and `base62` for short codes; both wings
+//! share `errors` (every report), `gucs` (every setting), `catalog`
+//! (quoting and catalog look-ups), `bgworker` (what every worker does) and
+//! `shmem` (the shared-memory hooks).
 
 use pgrx::prelude::*;
 
 pub mod base62;
 mod base62_sql;
+mod bgworker;
+mod catalog;
 pub mod errors;
 mod failpoints;
 pub mod gucs;
@@ -36,12 +41,15 @@ pub extern "C-unwind" fn _PG_init() {
     gucs::register_snowflake();
     // SAFETY: called once from _PG_init with a static C string.
     unsafe { pg_sys::MarkGUCPrefixReserved(c"pg_idgen".as_ptr()) };
+    // The first step that may raise: from here on, no error a client sees
+    // carries a Rust backtrace.
+    errors::keep_backtraces_out_of_errors();
     // A bad snowflake setting raises here, which stops the server start.
-    snowflake::shared::load_config();
+    snowflake::config::load_config();
     shmem::install_hooks();
     segment::lifecycle::install_hook();
-    snowflake::shared::register_keeper();
-    if snowflake::shared::config().is_some_and(|c| c.lease) {
+    snowflake::keeper::register();
+    if snowflake::config::config().is_some_and(|c| c.lease) {
         snowflake::lease_keeper::register();
     }
 }

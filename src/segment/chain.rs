@@ -370,19 +370,17 @@ impl RangeChain {
 
     /// Throws away the current range and every range ahead (their IDs become
     /// a gap); the next take finds the chain empty. Used when the row the
-    /// ranges came from is gone. `forget_high_water` also lets the next
-    /// publish start below the old ranges (the table itself was replaced).
+    /// ranges came from is gone, or the slot goes to another tag: the next
+    /// publish may start below the old ranges (a new row, or a new table).
     ///
     /// Serialised with `publish` by the caller. A taker that drew its ticket
     /// before the call may still get its ID: the take happened first.
-    pub fn discard(&self, forget_high_water: bool) {
+    pub fn discard(&self) {
         let end = self.end.load(Ordering::Acquire);
         let before = self.tickets.fetch_max(end, Ordering::AcqRel);
         self.lost_tickets
             .fetch_add(end.saturating_sub(before), Ordering::Relaxed);
-        if forget_high_water {
-            self.high_water.store(i64::MIN, Ordering::Relaxed);
-        }
+        self.high_water.store(i64::MIN, Ordering::Relaxed);
     }
 
     /// A snapshot for monitoring and the refill policy: `published` and the
@@ -510,17 +508,15 @@ mod tests {
     }
 
     #[test]
-    fn discard_drops_everything_and_can_forget_the_high_water() {
+    fn discard_drops_everything_and_forgets_the_high_water() {
         let chain = RangeChain::new();
         chain.publish(1, 10, 5).unwrap();
         chain.publish(11, 10, 5).unwrap();
         assert_eq!(chain.take().unwrap().id, 1);
-        chain.discard(false);
-        assert_eq!(chain.take(), None);
+        // Below the high water: refused until the chain is discarded.
         assert!(chain.publish(5, 1, 0).is_err());
-        chain.publish(21, 1, 0).unwrap();
-        assert_eq!(chain.take().unwrap().id, 21);
-        chain.discard(true);
+        chain.discard();
+        assert_eq!(chain.take(), None);
         chain.publish(1, 3, 0).unwrap();
         assert_eq!(chain.take().unwrap().id, 1);
     }

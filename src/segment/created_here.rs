@@ -20,9 +20,11 @@
 //!
 //! Backend-local state: PostgreSQL backends are single-threaded processes.
 
-use super::distributor;
+use super::tag::{row_state, RowState};
+use crate::catalog::{as_owner, table_name_and_owner};
 use crate::errors::IdgenError;
 use pgrx::pg_sys;
+use pgrx::spi::Spi;
 use std::cell::RefCell;
 use std::collections::HashMap;
 
@@ -139,9 +141,9 @@ pub fn next_ids(tag: &[u8], n: i64) -> Option<(i64, i64)> {
         Some((first, last, state.table_oid))
     })?;
     // The row must still be there (a plain DELETE, a dropped extension).
-    match distributor::row_state(table_oid, tag) {
-        distributor::RowState::NoTable => IdgenError::ExtensionDropped.raise(),
-        distributor::RowState::Missing => IdgenError::UnknownTag {
+    match row_state(table_oid, tag) {
+        RowState::NoTable => IdgenError::ExtensionDropped.raise(),
+        RowState::Missing => IdgenError::UnknownTag {
             tag: String::from_utf8_lossy(tag).into_owned(),
         }
         .raise(),
@@ -149,13 +151,10 @@ pub fn next_ids(tag: &[u8], n: i64) -> Option<(i64, i64)> {
     }
 }
 
+#[track_caller]
 fn exhausted(tag: &[u8]) -> ! {
-    let tag = String::from_utf8_lossy(tag).into_owned();
-    IdgenError::RefillFailed {
-        message: format!("segment tag \"{tag}\" is exhausted: its last ID is the largest bigint"),
-        tag,
-        sqlstate: pgrx::PgSqlErrorCode::ERRCODE_SEQUENCE_GENERATOR_LIMIT_EXCEEDED as i32,
-        hint: "No more IDs can be handed out for this tag; move the table to a new tag.".into(),
+    IdgenError::TagExhausted {
+        tag: String::from_utf8_lossy(tag).into_owned(),
     }
     .raise()
 }
@@ -222,6 +221,62 @@ fn raise_max_ids() {
             .collect()
     });
     for (tag, table_oid, high_water) in pending {
-        distributor::raise_max_id(table_oid, &String::from_utf8_lossy(&tag), high_water);
+        raise_max_id(table_oid, &String::from_utf8_lossy(&tag), high_water);
+    }
+}
+
+/// Raises `tag`'s `max_id` to at least `high_water` (bumping `version`,
+/// so that an allocator's CAS in flight cannot write over it), in the
+/// calling transaction as it is about to commit, for a tag under whose name
+/// that transaction handed out IDs itself (see `created_here.rs`). A tag
+/// whose row is gone needs nothing; a row that is there but was not raised
+/// (a trigger, rule or policy in the way, a read-only transaction) fails
+/// the commit, so that no ID can come out twice.
+pub fn raise_max_id(table_oid: u32, tag: &str, high_water: i64) {
+    let Some((name, owner)) = table_name_and_owner(table_oid) else {
+        return;
+    };
+    let failed = |why: String| -> ! {
+        IdgenError::MaxIdNotRaised {
+            tag: tag.to_string(),
+            high_water,
+            why,
+        }
+        .raise()
+    };
+    // SAFETY: plain read of a backend-local global.
+    if unsafe { pg_sys::XactReadOnly } {
+        failed("the transaction is read-only".into());
+    }
+    let update = format!(
+        "UPDATE {name} SET max_id = GREATEST(max_id, $2), version = version OPERATOR(pg_catalog.+) 1, \
+                updated_at = pg_catalog.now() \
+          WHERE biz_tag OPERATOR(pg_catalog.=) $1 RETURNING max_id"
+    );
+    let exists = format!("SELECT 1 FROM {name} WHERE biz_tag OPERATOR(pg_catalog.=) $1");
+    // SAFETY: called before the commit, inside the transaction; the
+    // snapshot pushed here is popped below (or by the abort on ERROR).
+    unsafe {
+        pg_sys::CommandCounterIncrement();
+        pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
+    }
+    let result = as_owner(owner, || {
+        Spi::connect_mut(|client| {
+            let raised = client.update(update.as_str(), None, &[tag.into(), high_water.into()])?;
+            let raised_to = raised.first().get::<i64>(1).ok().flatten();
+            let there = !client
+                .select(exists.as_str(), Some(1), &[tag.into()])?
+                .is_empty();
+            Ok::<_, pgrx::spi::Error>((raised_to, there))
+        })
+    });
+    // SAFETY: matches the push above.
+    unsafe { pg_sys::PopActiveSnapshot() };
+    match result {
+        Err(e) => failed(e.to_string()),
+        Ok((Some(max_id), _)) if max_id >= high_water => {}
+        Ok((Some(max_id), _)) => failed(format!("max_id ended at {max_id}")),
+        Ok((None, true)) => failed("the UPDATE of its row changed nothing".into()),
+        Ok((None, false)) => {} // dropped: nothing left to protect
     }
 }

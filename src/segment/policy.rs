@@ -3,7 +3,7 @@
 //!
 //! Two rules decide when the worker refills a tag:
 //!
-//! * the seeds' double buffer: a caller crossing the prefetch mark (by
+//! * the double buffer of Leaf and the segment-caching article: a caller crossing the prefetch mark (by
 //!   default 80% of the current range) wakes the worker, which fetches the
 //!   next range if none is buffered yet;
 //! * CosId's safe distance (`Prefetcher`): the worker keeps at least
@@ -191,6 +191,20 @@ pub enum RefillProblem {
     CasContention {
         attempts: u64,
     },
+}
+
+impl RefillProblem {
+    /// Whether the tag's source is gone (no extension, no row, no foreign
+    /// table): nothing is left to refill the slot from, so it is freed.
+    pub fn source_is_gone(&self) -> bool {
+        matches!(
+            self,
+            RefillProblem::NoRow
+                | RefillProblem::NoRemoteRow { .. }
+                | RefillProblem::ForeignTableGone { .. }
+                | RefillProblem::NoExtension
+        )
+    }
 }
 
 /// The new `max_id` and the range it grants.

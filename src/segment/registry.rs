@@ -26,7 +26,7 @@
 //! receives a range taken for its previous owner.
 
 use super::chain::{ChainStatus, PublishError, RangeChain};
-use crate::errors::{StoredError, TAG_MAX_BYTES};
+use crate::errors::{IdgenError, StoredError, TAG_MAX_BYTES};
 use pgrx::pg_sys;
 use std::cell::UnsafeCell;
 use std::ptr::null_mut;
@@ -144,6 +144,15 @@ pub fn registry() -> Option<&'static Registry> {
     // SAFETY: set once per postmaster life by `attach` to memory that stays
     // mapped for the life of every process forked after it.
     unsafe { ptr.as_ref() }
+}
+
+/// The registry, or the ERROR that says the library must be preloaded.
+#[track_caller]
+pub fn registry_or_raise() -> &'static Registry {
+    let Some(registry) = registry() else {
+        IdgenError::NotPreloaded.raise()
+    };
+    registry
 }
 
 /// Bytes of shared memory the registry needs.
@@ -288,7 +297,7 @@ impl Registry {
         // Generation first: a backend still holding the old generation
         // must see the change before it could see the new chain contents.
         let generation = slot.generation.fetch_add(1, Ordering::SeqCst) + 1;
-        slot.chain.discard(true);
+        slot.chain.discard();
         slot.reset_stats();
         slot.stats
             .taken_base
@@ -558,7 +567,7 @@ impl Slot {
     fn release(&self) {
         self.generation.fetch_add(1, Ordering::SeqCst);
         self.active.store(false, Ordering::Release);
-        self.chain.discard(true);
+        self.chain.discard();
         self.broadcast();
     }
 
@@ -586,11 +595,9 @@ impl Slot {
         self.table_oid.load(Ordering::Acquire)
     }
 
-    /// Takes an ID for a caller that cached `generation`; `None` when the
-    /// chain is empty or the slot no longer belongs to the caller's tag.
-    #[inline]
     /// Up to `n` IDs at once (`RangeChain::take_block`), if the slot
     /// still has `generation` after the take.
+    #[inline]
     pub fn take_block_for(&self, generation: u64, n: u64) -> Option<super::chain::TakenBlock> {
         let taken = self.chain.take_block(n);
         if self.generation.load(Ordering::Acquire) != generation {
@@ -599,6 +606,9 @@ impl Slot {
         taken
     }
 
+    /// Takes an ID for a caller that cached `generation`; `None` when the
+    /// chain is empty or the slot no longer belongs to the caller's tag.
+    #[inline]
     pub fn take_for(&self, generation: u64) -> Option<super::chain::Taken> {
         let taken = self.chain.take();
         if self.generation.load(Ordering::Acquire) != generation {
@@ -665,7 +675,7 @@ impl Slot {
         let bound = self.table_oid.load(Ordering::Acquire);
         if bound != table_oid {
             if bound != 0 {
-                self.chain.discard(true);
+                self.chain.discard();
             }
             self.table_oid.store(table_oid, Ordering::Release);
         }
@@ -737,8 +747,24 @@ fn copy_truncated(into: &mut [u8], text: &str) -> usize {
     text.len()
 }
 
+/// Now in ms on the monotonic clock (the same in every process of the
+/// machine, never stepped): what every interval of the segment side — the
+/// worker-start grace period, back-offs, demand samples, once-per-interval
+/// stamps — is measured on, so a wall-clock step changes none of them.
 pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
+    crate::snowflake::clock::mono_now_ms()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The `pg_idgen.max_tags` description and the README's settings table
+    /// say what shared memory a tag's slot costs: keep them true.
+    #[test]
+    fn a_tag_costs_the_shared_memory_the_docs_say() {
+        let per_tag = (shmem_size(1000) - shmem_size(0)) / 1000;
+        eprintln!("shared memory per tag: {per_tag} bytes");
+        assert!((1400..=1800).contains(&per_tag), "{per_tag} bytes per tag");
+    }
 }

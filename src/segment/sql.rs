@@ -1,5 +1,6 @@
-//! The SQL functions of segment IDs: `segment_nextval` (the fast path),
-//! `segment_create` and `segment_drop`.
+//! The SQL functions that hand out segment IDs: `segment_nextval(tag)`
+//! (the fast path), `segment_nextval(tag, n)` and `segment_reserve`. A
+//! tag's DDL is `ddl.rs`'s.
 //!
 //! `segment_nextval(text)` is a hand-written V1 C function rather than a
 //! `#[pg_extern]`, because its speed is the product: it keeps the resolved
@@ -18,17 +19,18 @@
 //! waking or starting the worker, waiting for a refill — is the slow path.
 //!
 //! A tag gets a slot in shared memory only once its row is visible to the
-//! caller (`distributor::row_state`), so made-up tags fill nothing. The
+//! caller (`tag::row_state`), so made-up tags fill nothing. The
 //! IDs of a tag the calling transaction created come from that transaction
 //! (`created_here`): the worker cannot see the row yet, and if the
 //! transaction rolls back the tag never existed.
 
 use super::chain::Taken;
 use super::created_here;
-use super::distributor::{self, RowState};
-use super::registry::{registry, Lookup, Registry};
+use super::registry::{registry_or_raise, Lookup, Registry, Slot};
+use super::tag::{check_tag, current_table_oid, row_state, RowState};
 use super::worker;
-use crate::errors::{required, IdgenError, TAG_MAX_BYTES};
+use crate::catalog::{database_exists, my_database};
+use crate::errors::{required, IdgenError, StoredError, TAG_MAX_BYTES};
 use crate::gucs;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -64,13 +66,9 @@ thread_local! {
     static RESOLVED: RefCell<HashMap<Vec<u8>, (usize, u64)>> = RefCell::new(HashMap::new());
 }
 
-pub fn registry_or_raise() -> &'static Registry {
-    registry().unwrap_or_else(|| IdgenError::NotPreloaded.raise())
-}
-
-fn database() -> u32 {
-    // SAFETY: MyDatabaseId is set once the backend connects.
-    unsafe { pg_sys::MyDatabaseId }.to_u32()
+/// Forgets what this backend resolved `tag` to (`segment_drop`).
+pub fn forget_resolved(tag: &[u8]) {
+    RESOLVED.with(|map| map.borrow_mut().remove(tag));
 }
 
 /// Refuses to hand out IDs where `nextval` would refuse too.
@@ -82,40 +80,8 @@ fn check_writable(function: &'static str) {
     }
 }
 
-/// Validates a tag's bytes (NULL is handled by the callers).
-pub fn check_tag(tag: &[u8]) {
-    if tag.is_empty() {
-        IdgenError::EmptyTag.raise();
-    }
-    if tag.len() > TAG_MAX_BYTES {
-        IdgenError::TagTooLong {
-            tag: String::from_utf8_lossy(tag).into_owned(),
-        }
-        .raise();
-    }
-}
-
 fn tag_text(tag: &[u8]) -> String {
     String::from_utf8_lossy(tag).into_owned()
-}
-
-/// The OID of the `id_segment` table beside the function `fn_oid` (0 if it
-/// is gone: the extension was dropped).
-fn table_of_function(fn_oid: pg_sys::Oid) -> u32 {
-    // SAFETY: both look-ups read the syscache inside the caller's
-    // transaction; a dropped function has no namespace (InvalidOid).
-    unsafe {
-        let namespace = pg_sys::get_func_namespace(fn_oid);
-        if namespace == pg_sys::InvalidOid {
-            return 0;
-        }
-        pg_sys::get_relname_relid(c"id_segment".as_ptr(), namespace).to_u32()
-    }
-}
-
-pub(super) fn current_table_oid(fcinfo: pg_sys::FunctionCallInfo) -> u32 {
-    // SAFETY: fcinfo is the current call's.
-    table_of_function(unsafe { (*(*fcinfo).flinfo).fn_oid })
 }
 
 /// Whether the first argument of the call is a `Const` node: the only kind
@@ -141,9 +107,7 @@ fn reclaim_dropped_databases(registry: &Registry) -> bool {
     let dropped: Vec<u32> = registry
         .databases_in_use()
         .into_iter()
-        // SAFETY: a syscache look-up inside the caller's transaction; NULL
-        // means no such database.
-        .filter(|&oid| unsafe { pg_sys::get_database_name(pg_sys::Oid::from(oid)) }.is_null())
+        .filter(|&oid| !database_exists(oid))
         .collect();
     for &database in &dropped {
         registry.free_database(database);
@@ -165,7 +129,7 @@ enum Source {
 /// one the calling transaction has written or locked (the worker would
 /// wait for it).
 fn check_row(table_oid: u32, tag: &[u8]) {
-    match distributor::row_state(table_oid, tag) {
+    match row_state(table_oid, tag) {
         RowState::NoTable => IdgenError::ExtensionDropped.raise(),
         RowState::Missing => IdgenError::UnknownTag { tag: tag_text(tag) }.raise(),
         RowState::HeldByCaller => IdgenError::RowHeldByCaller { tag: tag_text(tag) }.raise(),
@@ -194,7 +158,7 @@ fn resolve(registry: &Registry, tag: &[u8], table_oid: u32) -> Source {
         Some(found) => found,
         None => {
             check_row(table_oid, tag);
-            match registry.lookup_or_assign(database(), tag) {
+            match registry.lookup_or_assign(my_database(), tag) {
                 Lookup::Found { index, generation } => {
                     RESOLVED.with(|map| map.borrow_mut().insert(tag.to_vec(), (index, generation)));
                     (index, generation)
@@ -226,7 +190,7 @@ fn request_refill(registry: &Registry, index: usize) -> Result<(), IdgenError> {
         .slot(index)
         .refill_requested
         .store(true, Ordering::SeqCst);
-    worker::ensure_running(database())
+    worker::ensure_running(my_database())
 }
 
 /// Takes from shared memory by this backend, of any tag: a set-returning
@@ -317,31 +281,125 @@ fn next_id_slow(
         }
         return Some(fallback_id(slot, tag, Duration::ZERO, "still no new range"));
     }
+    match wait_for_range(registry, index, generation) {
+        WaitEnd::Taken(taken) => Some(after_take(registry, index, taken)),
+        WaitEnd::SlotGone => None,
+        WaitEnd::Failed(e) => IdgenError::RefillFailed {
+            tag: tag_text(tag),
+            sqlstate: e.sqlstate,
+            message: e.message,
+            hint: e.hint,
+        }
+        .raise(),
+        WaitEnd::TimedOut { waited, transient } if fallback => {
+            let cause = transient.map_or_else(
+                || "the refill worker did not deliver".to_string(),
+                |e| e.message,
+            );
+            Some(fallback_id(slot, tag, waited, &cause))
+        }
+        // Say what kept the refill from succeeding, and for how long.
+        WaitEnd::TimedOut {
+            waited,
+            transient: Some(e),
+        } => IdgenError::RefillTimedOutBecause {
+            tag: tag_text(tag),
+            waited_ms: waited.as_millis() as i64,
+            sqlstate: e.sqlstate,
+            message: e.message,
+            hint: e.hint,
+        }
+        .raise(),
+        WaitEnd::TimedOut {
+            waited,
+            transient: None,
+        } => IdgenError::RefillTimeout {
+            tag: tag_text(tag),
+            waited_ms: waited.as_millis() as i64,
+        }
+        .raise(),
+    }
+}
+
+/// How a wait for a slot's next range ended.
+enum WaitEnd {
+    /// A range came: the ID taken from it.
+    Taken(Taken),
+    /// The slot was freed or reassigned while the caller waited.
+    SlotGone,
+    /// The worker stored an error that will not pass by waiting.
+    Failed(StoredError),
+    /// `pg_idgen.refill_timeout` passed; the last error that might have
+    /// passed, if the worker stored one.
+    TimedOut {
+        waited: Duration,
+        transient: Option<StoredError>,
+    },
+}
+
+/// A caller's sleep on a slot's condition variable: prepared when it
+/// begins, cancelled — and its time added to the slot's `wait_ms` — when
+/// it is dropped, on every way out, an ERROR unwinding through it
+/// included.
+struct SlotWait<'a> {
+    slot: &'a Slot,
+    started: Instant,
+}
+
+impl<'a> SlotWait<'a> {
+    fn begin(slot: &'a Slot) -> SlotWait<'a> {
+        slot.stats.waits.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: the CV lives in shared memory; the sleep prepared here is
+        // cancelled by `drop` (and by AbortTransaction, harmlessly again).
+        unsafe { pg_sys::ConditionVariablePrepareToSleep(slot.cv()) };
+        SlotWait {
+            slot,
+            started: Instant::now(),
+        }
+    }
+
+    fn waited(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    /// Sleeps until the slot's CV is signalled or `sleep` passes.
+    fn sleep(&self, sleep: Duration) {
+        // SAFETY: prepared in `begin`; CHECK_FOR_INTERRUPTS inside makes
+        // cancel, terminate and statement_timeout end the wait with their
+        // ERROR.
+        unsafe {
+            pg_sys::ConditionVariableTimedSleep(
+                self.slot.cv(),
+                sleep.as_millis().max(1) as _,
+                crate::wait_events::refill_wait(),
+            );
+        }
+    }
+}
+
+impl Drop for SlotWait<'_> {
+    fn drop(&mut self) {
+        // SAFETY: matches the prepare in `begin`; cancelling a sleep that
+        // is no longer prepared does nothing.
+        unsafe { pg_sys::ConditionVariableCancelSleep() };
+        self.slot
+            .stats
+            .wait_micros
+            .fetch_add(self.started.elapsed().as_micros() as u64, Ordering::Relaxed);
+    }
+}
+
+/// Waits on the slot until a range comes, asking the worker for one at
+/// every look, for at most `pg_idgen.refill_timeout`.
+fn wait_for_range(registry: &Registry, index: usize, generation: u64) -> WaitEnd {
+    let slot = registry.slot(index);
     let timeout = Duration::from_millis(gucs::REFILL_TIMEOUT_MS.get() as u64);
     let errors_before = slot.error_seq.load(Ordering::Acquire);
-    let mut transient_error = None;
-    let started = Instant::now();
-    slot.stats.waits.fetch_add(1, Ordering::Relaxed);
-    // SAFETY: the CV lives in shared memory; a sleep prepared here is
-    // cancelled below, or by AbortTransaction if an error escapes.
-    unsafe { pg_sys::ConditionVariablePrepareToSleep(slot.cv()) };
-    let finish = |started: Instant| {
-        // SAFETY: matches the prepare above.
-        unsafe { pg_sys::ConditionVariableCancelSleep() };
-        slot.stats
-            .wait_micros
-            .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
-    };
-    let refill_failed = |e: crate::errors::StoredError| IdgenError::RefillFailed {
-        tag: tag_text(tag),
-        sqlstate: e.sqlstate,
-        message: e.message,
-        hint: e.hint,
-    };
+    let mut transient = None;
+    let wait = SlotWait::begin(slot);
     loop {
         if let Some(taken) = slot.take_for(generation) {
-            finish(started);
-            return Some(after_take(registry, index, taken));
+            return WaitEnd::Taken(taken);
         }
         // Errors first: a worker that finds the row gone stores the error,
         // then frees the slot.
@@ -351,60 +409,22 @@ fn next_id_slow(
                 slot.last_error(&shared)
             };
             match stored {
-                Some(e) if e.is_transient() => transient_error = Some(e),
-                Some(e) => {
-                    finish(started);
-                    refill_failed(e).raise();
-                }
+                Some(e) if e.is_transient() => transient = Some(e),
+                Some(e) => return WaitEnd::Failed(e),
                 None => {}
             }
         }
         if slot.generation.load(Ordering::Acquire) != generation {
-            finish(started);
-            return None;
+            return WaitEnd::SlotGone;
         }
         if let Err(e) = request_refill(registry, index) {
-            finish(started);
             e.raise();
         }
-        let waited = started.elapsed();
+        let waited = wait.waited();
         if waited >= timeout {
-            finish(started);
-            if fallback {
-                let cause = transient_error.map_or_else(
-                    || "the refill worker did not deliver".to_string(),
-                    |e| e.message,
-                );
-                return Some(fallback_id(slot, tag, waited, &cause));
-            }
-            match transient_error {
-                // Say what kept the refill from succeeding, and for how long.
-                Some(mut e) => {
-                    e.message = format!(
-                        "segment tag \"{}\" got no new range within pg_idgen.refill_timeout ({} ms): {}",
-                        tag_text(tag),
-                        waited.as_millis(),
-                        e.message
-                    );
-                    refill_failed(e).raise()
-                }
-                None => IdgenError::RefillTimeout {
-                    tag: tag_text(tag),
-                    waited_ms: waited.as_millis() as i64,
-                }
-                .raise(),
-            }
+            return WaitEnd::TimedOut { waited, transient };
         }
-        let sleep = WAIT_SLICE.min(timeout - waited);
-        // SAFETY: prepared above; CHECK_FOR_INTERRUPTS inside makes cancel,
-        // terminate and statement_timeout end the wait with their ERROR.
-        unsafe {
-            pg_sys::ConditionVariableTimedSleep(
-                slot.cv(),
-                sleep.as_millis().max(1) as _,
-                crate::wait_events::refill_wait(),
-            );
-        }
+        wait.sleep(WAIT_SLICE.min(timeout - waited));
     }
 }
 
@@ -415,11 +435,12 @@ const FALLBACK_WARNING_EVERY_MS: i64 = 60_000;
 const FALLBACK_ASK_EVERY_MS: i64 = 1_000;
 
 /// Whether this caller is the first, among all backends, in `every_ms`
-/// since `stamp` (ms, `now_ms`) was last moved; if so, it moves it to now.
+/// since `stamp` (ms, `registry::now_ms`; 0: never) was last moved; if so,
+/// it moves it to now.
 fn first_in(stamp: &std::sync::atomic::AtomicI64, every_ms: i64) -> bool {
     let now = super::registry::now_ms();
     let last = stamp.load(Ordering::Relaxed);
-    now - last >= every_ms
+    (last == 0 || now - last >= every_ms)
         && stamp
             .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
             .is_ok()
@@ -428,25 +449,20 @@ fn first_in(stamp: &std::sync::atomic::AtomicI64, every_ms: i64) -> bool {
 /// A snowflake ID in place of a segment ID that did not come in time
 /// (`pg_idgen.snowflake_fallback`): counted in the slot, and logged as a
 /// WARNING at most once a minute per tag.
-fn fallback_id(slot: &super::registry::Slot, tag: &[u8], waited: Duration, cause: &str) -> i64 {
-    let state = crate::snowflake::sql::snowflake_or_raise();
+fn fallback_id(slot: &Slot, tag: &[u8], waited: Duration, cause: &str) -> i64 {
+    let state = crate::snowflake::shared::snowflake_or_raise();
     let id = state.next_id(&state.main);
     let stats = &slot.stats;
     stats.falling_back.store(true, Ordering::Relaxed);
     let count = stats.fallback_ids.fetch_add(1, Ordering::Relaxed) + 1;
     if first_in(&stats.fallback_warned_at_ms, FALLBACK_WARNING_EVERY_MS) {
-        IdgenError::log(
-            &crate::errors::StoredError {
-                sqlstate: PgSqlErrorCode::ERRCODE_WARNING as i32,
-                message: format!(
-                    "segment tag \"{}\" got no range within {} ms ({cause}): handing out snowflake IDs instead ({count} so far)",
-                    tag_text(tag),
-                    waited.as_millis()
-                ),
-                hint: "pg_idgen.snowflake_fallback is on. These IDs are far larger than the tag's own; segment_status.fallback_ids counts them.".into(),
-            },
-            pgrx::PgLogLevel::WARNING,
-        );
+        IdgenError::FallbackIds {
+            tag: tag_text(tag),
+            waited_ms: waited.as_millis() as i64,
+            cause: cause.to_string(),
+            count,
+        }
+        .warn();
     }
     id
 }
@@ -767,119 +783,4 @@ fn segment_reserve(
         }
     }
     TableIterator::new(blocks)
-}
-
-/// The schema-qualified name of table `table_oid`.
-fn table_name(table_oid: u32) -> String {
-    distributor::table_name_and_owner(table_oid)
-        .map(|(name, _)| name)
-        .unwrap_or_else(|| IdgenError::ExtensionDropped.raise())
-}
-
-/// `segment_create(tag, start => 1, step => 1000)`: adds the tag's row to
-/// `id_segment`, so that its first ID is `start`.
-#[pg_extern(volatile, parallel_unsafe)]
-fn segment_create(
-    tag: Option<&str>,
-    start: default!(Option<i64>, 1),
-    step: default!(Option<i32>, 1000),
-    fcinfo: pg_sys::FunctionCallInfo,
-) {
-    registry_or_raise();
-    let tag = required(tag, "segment tag");
-    let start = required(start, "start");
-    let step = required(step, "step");
-    check_tag(tag.as_bytes());
-    if start < 1 {
-        IdgenError::BadStart { start }.raise();
-    }
-    if step <= 0 {
-        IdgenError::BadStep {
-            step: i64::from(step),
-        }
-        .raise();
-    }
-    let table_oid = current_table_oid(fcinfo);
-    let insert = format!(
-        "INSERT INTO {} (biz_tag, max_id, step, version, updated_at) \
-         VALUES ($1, $2, $3, 0, pg_catalog.now()) ON CONFLICT (biz_tag) DO NOTHING",
-        table_name(table_oid)
-    );
-    // A tag attached to a central server has its one source there
-    // (checked under the tag's lock: see `distributor::lock_tag`).
-    distributor::lock_tag(table_oid, tag);
-    if distributor::tag_exists_latest(table_oid, tag.as_bytes(), true) {
-        IdgenError::TagExists {
-            tag: tag.to_string(),
-        }
-        .raise();
-    }
-    let inserted = Spi::connect_mut(|client| {
-        client
-            .update(
-                insert.as_str(),
-                None,
-                &[tag.into(), (start - 1).into(), step.into()],
-            )
-            .map(|t| t.len())
-    })
-    .unwrap_or_else(|e| {
-        IdgenError::Internal {
-            context: "segment_create",
-            message: e.to_string(),
-        }
-        .raise()
-    });
-    if inserted == 0 {
-        IdgenError::TagExists {
-            tag: tag.to_string(),
-        }
-        .raise();
-    }
-    // This transaction hands out the tag's IDs until it commits.
-    created_here::created(tag.as_bytes(), table_oid, start);
-}
-
-/// `segment_drop(tag)`: removes the tag's row and drops its cached ranges.
-/// Its IDs handed out so far stay handed out; a tag created again later
-/// starts wherever `segment_create` says.
-#[pg_extern(volatile, parallel_unsafe)]
-fn segment_drop(tag: Option<&str>, fcinfo: pg_sys::FunctionCallInfo) {
-    let registry = registry_or_raise();
-    let tag = required(tag, "segment tag");
-    check_tag(tag.as_bytes());
-    let table_oid = current_table_oid(fcinfo);
-    let delete = format!(
-        "DELETE FROM {} WHERE biz_tag OPERATOR(pg_catalog.=) $1",
-        table_name(table_oid)
-    );
-    // An attached tag: its registration goes; the central row stays.
-    let detach = distributor::remote_table_name(table_oid)
-        .map(|remote| format!("DELETE FROM {remote} WHERE biz_tag OPERATOR(pg_catalog.=) $1"));
-    let deleted = Spi::connect_mut(|client| {
-        let mut deleted = client
-            .update(delete.as_str(), None, &[tag.into()])
-            .map(|t| t.len())?;
-        if let Some(detach) = &detach {
-            deleted += client.update(detach, None, &[tag.into()])?.len();
-        }
-        Ok::<_, pgrx::spi::Error>(deleted)
-    })
-    .unwrap_or_else(|e| {
-        IdgenError::Internal {
-            context: "segment_drop",
-            message: e.to_string(),
-        }
-        .raise()
-    });
-    // A tag whose row is already gone may still hold a slot: free it too.
-    let had_slot = registry.free(database(), tag.as_bytes());
-    RESOLVED.with(|map| map.borrow_mut().remove(tag.as_bytes()));
-    created_here::dropped(tag.as_bytes(), table_oid);
-    if deleted == 0 && !had_slot {
-        IdgenError::UnknownTag {
-            tag: tag.to_string(),
-        }
-        .raise();
-    }
 }

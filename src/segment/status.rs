@@ -3,24 +3,10 @@
 //! for its identity and error text; the chain and counters are atomics, so
 //! a row is exact field by field, not as one snapshot.
 
-use super::registry::WORKER_RUNNING;
-use super::sql::registry_or_raise;
+use super::registry::{registry_or_raise, WORKER_RUNNING};
+use crate::catalog::database_name;
 use pgrx::prelude::*;
 use std::sync::atomic::Ordering;
-
-/// The name of database `oid` (its number if it is gone); needs a
-/// transaction.
-pub fn database_name(oid: u32) -> String {
-    // SAFETY: called from a SQL function, inside a transaction.
-    let name = unsafe { pg_sys::get_database_name(pg_sys::Oid::from(oid)) };
-    if name.is_null() {
-        return oid.to_string();
-    }
-    // SAFETY: a NUL-terminated palloc'd string.
-    unsafe { std::ffi::CStr::from_ptr(name) }
-        .to_string_lossy()
-        .into_owned()
-}
 
 // The row type must be spelled out for pgrx to derive the SQL columns.
 #[allow(clippy::type_complexity)]

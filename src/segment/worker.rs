@@ -4,9 +4,10 @@
 //!
 //! Each pass looks at the database's slots, updates each tag's demand and
 //! safe distance (`policy::Prefetcher`), and for every slot below its
-//! distance (or past its prefetch mark) runs the distributor's CAS in a transaction of its own,
-//! commits it synchronously, and only then publishes the range to shared
-//! memory and wakes the waiting callers. A failure (a locked row, a
+//! distance (or past its prefetch mark) runs the distributor's CAS in a
+//! transaction of its own (bounded by `pg_idgen.remote_timeout`), commits
+//! it synchronously, and only then publishes the range to shared memory
+//! and wakes the waiting callers. A failure (a locked row, a
 //! tampered row) is stored in the slot for its callers and logged with its
 //! SQLSTATE; the worker carries on, and retries a failing tag with an
 //! exponential back-off (at once when a caller asks). A slot whose row or
@@ -25,16 +26,16 @@
 //! lock on `id_segment` between refills, so `DROP EXTENSION` only waits for
 //! a refill in flight.
 
-use super::distributor;
+use super::distributor::{self, Granted};
 use super::policy::{self, Prefetcher, RefillProblem};
 use super::registry::{registry, Registry, Slot, SlotIdentity};
+use crate::bgworker;
+use crate::catalog::database_name;
 use crate::errors::{refill_problem_report, IdgenError, StoredError};
 use crate::failpoints::failpoint;
 use crate::gucs;
-use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder, SignalWakeFlags};
+use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder};
 use pgrx::pg_sys;
-use pgrx::pg_sys::panic::CaughtError;
-use pgrx::pg_sys::PgTryBuilder;
 use pgrx::prelude::*;
 use pgrx::PgLogLevel;
 use std::collections::HashMap;
@@ -77,7 +78,7 @@ pub fn ensure_running(database: u32) -> Result<(), IdgenError> {
         .load_dynamic();
     if started.is_err() {
         registry.abandon_worker_start(database);
-        let database = super::status::database_name(database);
+        let database = database_name(database);
         return Err(IdgenError::WorkerNotStarted { database });
     }
     Ok(())
@@ -88,7 +89,7 @@ pub fn ensure_running(database: u32) -> Result<(), IdgenError> {
 #[unsafe(no_mangle)]
 pub extern "C-unwind" fn pg_idgen_refill_worker_main(arg: pg_sys::Datum) {
     let database = arg.value() as u32;
-    BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
+    bgworker::attach_signal_handlers();
     let Some(registry) = registry() else { return };
     // SAFETY: MyProcPid and MyLatch are set for every started process.
     let (pid, latch) = unsafe { (pg_sys::MyProcPid, pg_sys::MyLatch) };
@@ -115,10 +116,7 @@ pub extern "C-unwind" fn pg_idgen_refill_worker_main(arg: pg_sys::Datum) {
     let mut last_work = Instant::now();
     let mut memory = WorkerMemory::default();
     loop {
-        if BackgroundWorker::sighup_received() {
-            // SAFETY: in the worker's main loop, outside any transaction.
-            unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
-        }
+        bgworker::reload_if_asked();
         if refill_pass(registry, database, &mut memory) {
             last_work = Instant::now();
         }
@@ -148,13 +146,7 @@ unsafe extern "C-unwind" fn on_exit(_code: i32, arg: pg_sys::Datum) {
         // tell the callers now instead of letting them time out.
         registry.worker_start_failed(
             database,
-            &StoredError {
-                sqlstate: PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE as i32,
-                message: format!(
-                    "the pg_idgen refill worker for the database with OID {database} exited while starting"
-                ),
-                hint: "The server log has the worker's error (look for \"pg_idgen refill worker\"); the next call that needs IDs starts it again.".into(),
-            },
+            &IdgenError::WorkerExitedWhileStarting { database }.stored(),
         );
         return;
     }
@@ -293,6 +285,130 @@ fn refill_pass(registry: &Registry, database: u32, memory: &mut WorkerMemory) ->
     worked
 }
 
+/// One refill of one slot: what it asks for, and when it began.
+#[derive(Clone, Copy)]
+struct Attempt<'a> {
+    slot: &'a Slot,
+    /// The slot's generation when the refill began: the range is published
+    /// only if it is still the same.
+    generation: u64,
+    tag: &'a str,
+    steps: u64,
+    /// `pg_idgen.prefetch_percent`: where the range's prefetch mark sits.
+    percent: u32,
+    started: Instant,
+}
+
+/// What the distributor's CAS came back with, after retries of a lost
+/// central CAS.
+enum RangeTake {
+    Granted(Granted),
+    /// The row (or its table) cannot give a range.
+    Problem(RefillProblem),
+    /// The transaction failed (a lock, a timeout, a connection).
+    Failed(StoredError),
+}
+
+/// Takes `steps` steps of `tag`'s row in a transaction of its own, bounded
+/// by `pg_idgen.remote_timeout`. A CAS that lost to another allocator on a
+/// central server fails with a serialization error (its transaction is
+/// REPEATABLE READ): it is taken again in a new transaction.
+fn take_range(attempt: &Attempt<'_>, bound_table: u32, handed_out: Option<i64>) -> RangeTake {
+    let Attempt {
+        slot, tag, steps, ..
+    } = *attempt;
+    let mut serialization_failures = 0;
+    loop {
+        let outcome = bgworker::in_transaction(gucs::REMOTE_TIMEOUT_MS.get(), || {
+            distributor::take_range(tag, steps, bound_table, handed_out)
+        });
+        return match outcome {
+            Err(e)
+                if e.sqlstate == PgSqlErrorCode::ERRCODE_T_R_SERIALIZATION_FAILURE as i32
+                    && serialization_failures < MAX_SERIALIZATION_RETRIES =>
+            {
+                serialization_failures += 1;
+                slot.stats.cas_conflicts.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            Ok(Ok(Ok(granted))) => RangeTake::Granted(granted),
+            Ok(Ok(Err(problem))) => RangeTake::Problem(problem),
+            Ok(Err(spi_error)) => RangeTake::Failed(
+                IdgenError::RefillSpiFailed {
+                    tag: tag.to_string(),
+                    message: spi_error.to_string(),
+                }
+                .stored(),
+            ),
+            Err(caught) if caught.sqlstate == PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE as i32 => {
+                RangeTake::Failed(IdgenError::RefillRowLocked.stored())
+            }
+            Err(caught) => RangeTake::Failed(caught),
+        };
+    }
+}
+
+/// How publishing a granted range ended.
+enum Publish {
+    Done,
+    /// The slot was freed or reassigned while the refill ran: the range is
+    /// a gap.
+    Superseded,
+    /// The chain refused the range (a bug; no ID repeats).
+    Refused(StoredError),
+}
+
+/// Puts `granted` into the slot, if it still has `generation`, and counts
+/// the refill in the slot's statistics.
+fn publish(registry: &Registry, attempt: &Attempt<'_>, granted: &Granted) -> Publish {
+    let Attempt {
+        slot,
+        generation,
+        tag,
+        steps,
+        percent,
+        started,
+    } = *attempt;
+    let exclusive = registry.lock(true);
+    if slot.generation.load(Ordering::Acquire) != generation {
+        return Publish::Superseded;
+    }
+    let mark = policy::mark_offset(granted.len, percent);
+    if let Err(e) = slot.publish(
+        &exclusive,
+        granted.table_oid,
+        granted.first,
+        granted.len,
+        mark,
+    ) {
+        return Publish::Refused(
+            IdgenError::RangeNotCached {
+                tag: tag.to_string(),
+                first: granted.first,
+                last: granted.first + (granted.len as i64 - 1),
+                problem: format!("{e:?}"),
+            }
+            .stored(),
+        );
+    }
+    let stats = &slot.stats;
+    stats.refills.fetch_add(1, Ordering::Relaxed);
+    stats
+        .cas_conflicts
+        .fetch_add(granted.cas_conflicts, Ordering::Relaxed);
+    stats.step.store(granted.step, Ordering::Relaxed);
+    stats.last_refill_ids.store(granted.len, Ordering::Relaxed);
+    stats.last_refill_steps.store(steps, Ordering::Relaxed);
+    // SAFETY: plain read of the current time.
+    stats
+        .last_refill_at
+        .store(unsafe { pg_sys::GetCurrentTimestamp() }, Ordering::Relaxed);
+    stats
+        .last_refill_micros
+        .store(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+    Publish::Done
+}
+
 /// Takes `steps` steps of the slot's tag and publishes them, or stores the
 /// error for its callers.
 fn refill(
@@ -304,114 +420,46 @@ fn refill(
     percent: u32,
     logged: &mut HashMap<usize, String>,
 ) -> Refilled {
-    let SlotIdentity {
-        tag, generation, ..
-    } = identity;
-    let generation = *generation;
-    let status = slot.status();
-    let bound_table = slot.table_oid();
-    let handed_out = (status.published > 0 && status.high_water > 0).then_some(status.high_water);
-    let started = Instant::now();
-    // A CAS that lost to another allocator on a central server fails with
-    // a serialization error (its transaction is REPEATABLE READ): take the
-    // range again in a new transaction.
-    let mut serialization_failures = 0;
-    let outcome = loop {
-        let outcome =
-            in_transaction(|| distributor::take_range(tag, steps, bound_table, handed_out));
-        match outcome {
-            Err(e)
-                if e.sqlstate == PgSqlErrorCode::ERRCODE_T_R_SERIALIZATION_FAILURE as i32
-                    && serialization_failures < MAX_SERIALIZATION_RETRIES =>
-            {
-                serialization_failures += 1;
-                slot.stats.cas_conflicts.fetch_add(1, Ordering::Relaxed);
-            }
-            outcome => break outcome,
-        }
+    let attempt = Attempt {
+        slot,
+        generation: identity.generation,
+        tag: &identity.tag,
+        steps,
+        percent,
+        started: Instant::now(),
     };
+    let (tag, generation) = (attempt.tag, attempt.generation);
+    let status = slot.status();
+    let handed_out = (status.published > 0 && status.high_water > 0).then_some(status.high_water);
+    let take = take_range(&attempt, slot.table_oid(), handed_out);
     failpoint("worker-before-publish");
-    let error = match outcome {
-        Ok(Ok(Ok(granted))) => {
-            let exclusive = registry.lock(true);
-            if slot.generation.load(Ordering::Acquire) != generation {
-                return Refilled::Superseded; // freed while we refilled: a gap
-            }
-            let mark = policy::mark_offset(granted.len, percent);
-            match slot.publish(
-                &exclusive,
-                granted.table_oid,
-                granted.first,
-                granted.len,
-                mark,
-            ) {
-                Ok(()) => {
-                    let stats = &slot.stats;
-                    stats.refills.fetch_add(1, Ordering::Relaxed);
-                    stats
-                        .cas_conflicts
-                        .fetch_add(granted.cas_conflicts, Ordering::Relaxed);
-                    stats.step.store(granted.step, Ordering::Relaxed);
-                    stats.last_refill_ids.store(granted.len, Ordering::Relaxed);
-                    stats.last_refill_steps.store(steps, Ordering::Relaxed);
-                    // SAFETY: plain read of the current time.
-                    stats
-                        .last_refill_at
-                        .store(unsafe { pg_sys::GetCurrentTimestamp() }, Ordering::Relaxed);
-                    stats
-                        .last_refill_micros
-                        .store(started.elapsed().as_micros() as u64, Ordering::Relaxed);
-                    drop(exclusive);
-                    logged.remove(&index);
-                    slot.broadcast();
-                    return Refilled::Published {
-                        remote: granted.remote,
-                    };
-                }
-                Err(e) => StoredError {
-                    sqlstate: PgSqlErrorCode::ERRCODE_INTERNAL_ERROR as i32,
-                    message: format!(
-                        "range {}..{} of segment tag \"{tag}\" could not be cached: {e:?}",
-                        granted.first,
-                        granted.first + (granted.len as i64 - 1)
-                    ),
-                    hint: "This is a bug in pg_idgen; the range is skipped and no ID repeats."
-                        .into(),
-                },
-            }
-        }
-        Ok(Ok(Err(problem))) => {
-            let gone = matches!(
-                problem,
-                RefillProblem::NoRow
-                    | RefillProblem::NoRemoteRow { .. }
-                    | RefillProblem::ForeignTableGone { .. }
-                    | RefillProblem::NoExtension
-            );
-            let error = refill_problem_report(&problem, tag);
-            if gone {
-                // Tell the callers waiting now, then free the slot: nothing
-                // is left to refill it from.
-                store_error(registry, slot, generation, &error);
-                registry.free_generation(index, generation);
+    let error = match take {
+        RangeTake::Granted(granted) => match publish(registry, &attempt, &granted) {
+            Publish::Done => {
                 logged.remove(&index);
-                return Refilled::Gone;
+                slot.broadcast();
+                return Refilled::Published {
+                    remote: granted.remote,
+                };
             }
-            error
-        }
-        Ok(Err(spi_error)) => StoredError {
-            sqlstate: PgSqlErrorCode::ERRCODE_INTERNAL_ERROR as i32,
-            message: format!("refill of segment tag \"{tag}\" failed: {spi_error}"),
-            hint: "Check the server log.".into(),
+            Publish::Superseded => return Refilled::Superseded,
+            Publish::Refused(error) => error,
         },
-        Err(caught) if caught.sqlstate == PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE as i32 => {
-            StoredError {
-                message: "its id_segment row (or the table) is locked by another transaction".into(),
-                hint: "A transaction holds the row (SELECT ... FOR UPDATE, or an UPDATE or DELETE not yet committed) or a lock on id_segment (ALTER EXTENSION pg_idgen UPDATE, DDL): end it. pg_locks and pg_stat_activity show which session it is.".into(),
-                ..caught
-            }
+        RangeTake::Problem(problem) if problem.source_is_gone() => {
+            // Tell the callers waiting now, then free the slot: nothing is
+            // left to refill it from.
+            store_error(
+                registry,
+                slot,
+                generation,
+                &refill_problem_report(&problem, tag),
+            );
+            registry.free_generation(index, generation);
+            logged.remove(&index);
+            return Refilled::Gone;
         }
-        Err(caught) => caught,
+        RangeTake::Problem(problem) => refill_problem_report(&problem, tag),
+        RangeTake::Failed(error) => error,
     };
     store_error(registry, slot, generation, &error);
     if logged.get(&index) != Some(&error.message) {
@@ -431,78 +479,6 @@ fn store_error(registry: &Registry, slot: &Slot, generation: u64, error: &Stored
         }
     }
     slot.broadcast();
-}
-
-// utils/timeout.h, which pgrx does not bind; `TimeoutId` has the same
-// first members in PostgreSQL 15 to 18.
-const STATEMENT_TIMEOUT: std::ffi::c_int = 3;
-unsafe extern "C-unwind" {
-    fn enable_timeout_after(id: std::ffi::c_int, delay_ms: std::ffi::c_int);
-    fn disable_timeout(id: std::ffi::c_int, keep_indicator: bool);
-}
-
-/// Runs `body` in a transaction of its own and commits it; a PostgreSQL
-/// error anywhere in it (including the commit) aborts the transaction and
-/// comes back as the error's report.
-pub(crate) fn in_transaction<R>(body: impl FnOnce() -> R) -> Result<R, StoredError> {
-    // The body runs once; if it fails, nothing of it is used again.
-    let body = std::panic::AssertUnwindSafe(body);
-    PgTryBuilder::new(move || {
-        let body = body;
-        // SAFETY: the worker is outside any transaction here; every start
-        // is matched by the commit below or the abort in the catch. The
-        // statement timeout (the handler InitPostgres registered) bounds
-        // the whole refill, commit included: through postgres_fdw it is a
-        // cancel of the remote statement. It is disarmed on both paths.
-        unsafe {
-            enable_timeout_after(STATEMENT_TIMEOUT, gucs::REMOTE_TIMEOUT_MS.get());
-            pg_sys::SetCurrentStatementStartTimestamp();
-            pg_sys::StartTransactionCommand();
-            pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
-        }
-        let result = (body.0)();
-        // SAFETY: matches the push and start above.
-        unsafe {
-            pg_sys::PopActiveSnapshot();
-            pg_sys::CommitTransactionCommand();
-            disable_timeout(STATEMENT_TIMEOUT, false);
-        }
-        Ok(result)
-    })
-    .catch_others(|caught| {
-        // SAFETY: we are in the worker's top level with an aborted (or no)
-        // transaction; this is how a background worker recovers from ERROR.
-        unsafe {
-            disable_timeout(STATEMENT_TIMEOUT, false);
-            pg_sys::AbortCurrentTransaction();
-        }
-        Err(stored_from(caught))
-    })
-    .execute()
-}
-
-fn stored_from(caught: CaughtError) -> StoredError {
-    let report = match &caught {
-        CaughtError::PostgresError(r)
-        | CaughtError::ErrorReport(r)
-        | CaughtError::RustPanic { ereport: r, .. } => r,
-    };
-    let sqlstate = report.sql_error_code() as i32;
-    // A connection problem (class 08, e.g. postgres_fdw's "could not
-    // connect to server") says what went wrong in its detail.
-    let connection_class = PgSqlErrorCode::ERRCODE_CONNECTION_EXCEPTION as i32 & 0xFFF;
-    let message = match report.detail() {
-        Some(detail) if sqlstate & 0xFFF == connection_class => {
-            let detail: Vec<&str> = detail.split_whitespace().collect();
-            format!("{}: {}", report.message(), detail.join(" "))
-        }
-        _ => report.message().to_string(),
-    };
-    StoredError {
-        sqlstate,
-        message,
-        hint: report.hint().unwrap_or("Check the server log.").to_string(),
-    }
 }
 
 /// Whether a session waits for a lock that `DROP DATABASE`, `ALTER DATABASE

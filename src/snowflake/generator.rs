@@ -226,12 +226,6 @@ impl Generator {
         self.split(self.last.load(Ordering::SeqCst)).0
     }
 
-    /// The lease's deadline and ceiling, if the machine id is leased.
-    pub fn lease_state(&self) -> Option<(i64, i64)> {
-        let stop = self.stop_at_mono_ms.load(Ordering::Acquire);
-        (stop != i64::MAX).then(|| (stop, self.ceiling.load(Ordering::Acquire)))
-    }
-
     /// The machine id in a packed `last`.
     #[inline]
     fn machine_of(&self, packed: u64) -> i64 {

@@ -94,7 +94,7 @@
 //! at it), so a clock stepping forward makes it wait, never overshoot. A
 //! claimer's CAS succeeds only on the version it read, so the floor it read
 //! covers every ceiling any earlier holder used, and it issues only times
-//! above it (`successor_floor_unix_ms`). This holds with any wall clocks,
+//! above it (`Held::claimed`). This holds with any wall clocks,
 //! and even when two live servers wrongly share a holder name (each claim
 //! starts above the other's ceiling; they only take the row from each
 //! other). The floor is a Unix time; the `layout` check makes all servers
@@ -130,28 +130,6 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-
-/// The table's name on the central server.
-pub const TABLE_NAME: &str = "idgen_machine_lease";
-
-/// The table, to be created on the central server (then seeded with
-/// `seed_sql`, there or through the foreign table).
-pub const CENTRAL_TABLE_DDL: &str = "CREATE TABLE idgen_machine_lease (
-    machine_id    int4 PRIMARY KEY CHECK (machine_id >= 0),
-    holder        text,
-    version       int8 NOT NULL DEFAULT 0,
-    lease_ms      int8 NOT NULL DEFAULT 0,
-    floor_unix_ms int8,
-    layout        text,
-    lease_until   timestamptz
-)";
-
-/// The columns of the foreign table each server declares over it
-/// (`CREATE FOREIGN TABLE ... (<these>) SERVER ... OPTIONS (table_name
-/// 'idgen_machine_lease')`).
-pub const FOREIGN_TABLE_COLUMNS: &str = "machine_id int4 NOT NULL, holder text, \
-    version int8 NOT NULL, lease_ms int8 NOT NULL, floor_unix_ms int8, layout text, \
-    lease_until timestamptz";
 
 /// Creates the rows `0 ..= $1` (int4) that do not exist yet.
 pub fn seed_sql(table: &str) -> String {
@@ -427,16 +405,6 @@ pub fn reply_in_time(settings: &LeaseSettings, sent_mono_ms: i64, received_mono_
     received_mono_ms < sent_mono_ms.saturating_add(settings.usable_ms())
 }
 
-/// The floor a server starts above after a claim, in Unix ms: the row's
-/// floor (every earlier holder's ceiling) and its own start's floor (the
-/// state file's high-water time), whichever is higher; `None`: neither.
-pub fn successor_floor_unix_ms(
-    row_floor_unix_ms: Option<i64>,
-    startup_floor_unix_ms: Option<i64>,
-) -> Option<i64> {
-    row_floor_unix_ms.max(startup_floor_unix_ms)
-}
-
 /// One row of the table, as `read_sql` returns it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaseRow {
@@ -478,21 +446,17 @@ pub struct Held {
 }
 
 impl Held {
-    /// The lease a successful claim (`claim_sql` returned a row) gives.
-    /// `startup_floor_unix_ms` is this server's own floor from its state
-    /// file. A reply that came too late gives no time: renew at once.
-    pub fn claimed(
-        settings: &LeaseSettings,
-        claim: &Claim,
-        startup_floor_unix_ms: Option<i64>,
-        written: &Written,
-    ) -> Held {
+    /// The lease a successful claim (`claim_sql` returned a row) gives:
+    /// above the row's floor (this server's own floor from its state file
+    /// is the generator's, which starts above both). A reply that came too
+    /// late gives no time: renew at once.
+    pub fn claimed(settings: &LeaseSettings, claim: &Claim, written: &Written) -> Held {
         let (stop_at, renew_at) =
             grant(settings, written).unwrap_or((written.sent_mono_ms, written.received_mono_ms));
         Held {
             machine_id: claim.machine_id,
             version: written.version,
-            floor_unix_ms: successor_floor_unix_ms(claim.floor_unix_ms, startup_floor_unix_ms),
+            floor_unix_ms: claim.floor_unix_ms,
             ceiling_unix_ms: written.ceiling_unix_ms,
             stop_at_mono_ms: stop_at,
             renew_at_mono_ms: renew_at,
@@ -514,11 +478,6 @@ impl Held {
             renew_at_mono_ms: renew_at,
             ..self.clone()
         }
-    }
-
-    /// Whether IDs may be issued at monotonic instant `now_mono_ms`.
-    pub fn may_issue(&self, now_mono_ms: i64) -> bool {
-        now_mono_ms < self.stop_at_mono_ms
     }
 
     /// Whether a renewal is due at `now_mono_ms`.
@@ -744,6 +703,13 @@ impl LeaseWatch {
 mod tests {
     use super::*;
 
+    impl Held {
+        /// Whether IDs may be issued at monotonic instant `now_mono_ms`.
+        fn may_issue(&self, now_mono_ms: i64) -> bool {
+            now_mono_ms < self.stop_at_mono_ms
+        }
+    }
+
     const LAYOUT: &str = "epoch_ms 1735689600000 layout 41 10 12";
     /// A wall clock around mid-2027, in Unix ms.
     const WALL: i64 = 1_800_000_000_000;
@@ -868,7 +834,7 @@ mod tests {
             version,
             ceiling_unix_ms: ceiling,
         };
-        Some(Held::claimed(s, claim, None, &written))
+        Some(Held::claimed(s, claim, &written))
     }
 
     fn chosen(watch: &LeaseWatch, me: &Claimant, now: i64) -> Claim {
@@ -1241,13 +1207,8 @@ mod tests {
             version,
             ceiling_unix_ms,
         };
-        let held = Held::claimed(
-            &s,
-            &claim,
-            Some(WALL + 7),
-            &written(1_000, 1_050, 10, WALL + 24_000),
-        );
-        assert_eq!(held.floor_unix_ms, Some(WALL + 7), "the higher floor");
+        let held = Held::claimed(&s, &claim, &written(1_000, 1_050, 10, WALL + 24_000));
+        assert_eq!(held.floor_unix_ms, Some(WALL - 1), "the row's floor");
         assert_eq!(held.renew_at_mono_ms, 1_000 + 6_666);
         assert_eq!(held.stop_at_mono_ms, 1_000 + 19_000);
         assert!(!held.renew_due(7_665) && held.renew_due(7_666));
@@ -1267,7 +1228,7 @@ mod tests {
         assert_eq!(late.stop_at_mono_ms, held.stop_at_mono_ms);
         assert!(late.renew_due(26_700));
         // A late claim reply: held in the table, but nothing may be issued.
-        let late = Held::claimed(&s, &claim, None, &written(1_000, 20_000, 10, WALL + 24_000));
+        let late = Held::claimed(&s, &claim, &written(1_000, 20_000, 10, WALL + 24_000));
         assert!(!late.may_issue(20_000) && late.renew_due(20_000));
         // The ceiling never moves down, also when the wall clock did.
         let back = renewed.renewed(&s, &written(14_400, 14_420, 12, WALL + 20_000));
@@ -1298,15 +1259,6 @@ mod tests {
         assert_eq!(claim.floor_unix_ms, Some(WALL + 3_000));
         // A give up with a stale version changes nothing.
         assert_eq!(central.give_up(0, held.version, "a", None), None);
-    }
-
-    #[test]
-    fn the_successor_floor_is_the_higher_of_the_row_and_the_state_file() {
-        assert_eq!(successor_floor_unix_ms(None, None), None);
-        assert_eq!(successor_floor_unix_ms(Some(5), None), Some(5));
-        assert_eq!(successor_floor_unix_ms(None, Some(7)), Some(7));
-        assert_eq!(successor_floor_unix_ms(Some(9), Some(7)), Some(9));
-        assert_eq!(successor_floor_unix_ms(Some(-3), Some(7)), Some(7));
     }
 
     /// A server's clock: its reading at real time `t` ms (t >= 0), running
@@ -1441,7 +1393,7 @@ mod tests {
                     ceiling_unix_ms: ceiling,
                 };
                 let h = match &held {
-                    None => Held::claimed(s, &first_claim, None, &written),
+                    None => Held::claimed(s, &first_claim, &written),
                     Some(h) => h.renewed(s, &written),
                 };
                 latest_stop = latest_stop.max(h.stop_at_mono_ms);
@@ -1669,7 +1621,19 @@ mod tests {
             );
             assert!(sql.ends_with("RETURNING version, floor_unix_ms"), "{sql}");
         }
-        assert!(CENTRAL_TABLE_DDL.contains(TABLE_NAME));
+        // The tables users create are the README's: every column the
+        // statements name is in both of them.
+        let readme = include_str!("../../README.md");
+        let statement = |start: &str| {
+            let at = readme.find(start).expect(start);
+            &readme[at..at + readme[at..].find(';').unwrap()]
+        };
+        let central = statement("CREATE TABLE idgen_machine_lease (");
+        let foreign = statement("CREATE FOREIGN TABLE idgen_machine_lease (");
+        assert!(
+            foreign.contains("table_name 'idgen_machine_lease'"),
+            "{foreign}"
+        );
         for column in [
             "machine_id",
             "holder",
@@ -1679,7 +1643,19 @@ mod tests {
             "layout",
             "lease_until",
         ] {
-            assert!(CENTRAL_TABLE_DDL.contains(column) && FOREIGN_TABLE_COLUMNS.contains(column));
+            assert!(central.contains(column), "{column} in {central}");
+            assert!(foreign.contains(column), "{column} in {foreign}");
+            let used = [
+                read_sql(t),
+                seed_sql(t),
+                claim_sql(t),
+                renew_sql(t),
+                give_up_sql(t),
+            ];
+            assert!(
+                used.iter().any(|sql| sql.contains(column)),
+                "{column} unused"
+            );
         }
     }
 }

@@ -20,196 +20,47 @@
 //!
 //! # Shared state
 //!
-//! `LeaseShared`, in the snowflake shared memory: written by the keeper
-//! alone (atomics; the two texts under a sequence counter, odd while being
-//! written), read by `snowflake_status` and by callers that found no lease.
+//! `LeaseShared` (`shared.rs`), in the snowflake shared memory: written by
+//! this keeper alone, read by `snowflake_status` and by callers that found
+//! no lease.
+//!
+//! Each remote transaction is bounded by `pg_idgen.remote_timeout`, the
+//! setting that bounds every transaction of the extension on a central
+//! server.
 
+use super::clock::{mono_now_ms, now_unix_ms};
+use super::config::{lease_holder, lease_settings, setting_text};
 use super::generator::Generator;
 use super::lease::{
-    check_holder, read_sql, seed_sql, Claim, ClaimChoice, Claimant, Held, LeaseError, LeaseRow,
-    LeaseSettings, LeaseWatch, Written,
+    read_sql, seed_sql, Claim, ClaimChoice, Claimant, Held, LeaseError, LeaseRow, LeaseSettings,
+    LeaseWatch, Written,
 };
-use super::shared::{mono_now_ms, now_unix_ms, snowflake, Snowflake};
-use crate::errors::{IdgenError, StoredError};
+use super::shared::{snowflake, Snowflake};
+use crate::bgworker;
+use crate::errors::StoredError;
 use crate::gucs;
-use pgrx::bgworkers::{
-    BackgroundWorker, BackgroundWorkerBuilder, BgWorkerStartTime, SignalWakeFlags,
-};
+use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder, BgWorkerStartTime};
 use pgrx::prelude::*;
-use std::sync::atomic::{AtomicI32, AtomicI64, AtomicPtr, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-const TEXT_BYTES: usize = 240;
+/// The shortest and longest sleep between two steps of the keeper: it
+/// never spins, and it looks at its row at least once a second.
+const MIN_SLEEP_MS: i64 = 10;
+const MAX_SLEEP_MS: i64 = 1000;
 
-/// A short text written by one process and read by any, under a sequence
-/// counter (odd while it is being written; a reader retries).
-#[repr(C)]
-pub struct SharedText {
-    seq: AtomicU64,
-    len: AtomicU64,
-    bytes: [AtomicU8; TEXT_BYTES],
-}
+/// After a failure (the central server unreachable, no lease table, rows
+/// it cannot use): try again in this long.
+const RETRY_MS: i64 = 1000;
 
-impl SharedText {
-    fn new() -> SharedText {
-        SharedText {
-            seq: AtomicU64::new(0),
-            len: AtomicU64::new(0),
-            bytes: std::array::from_fn(|_| AtomicU8::new(0)),
-        }
-    }
+/// After a read whose rows changed under it: read again in this long.
+const READ_AGAIN_MS: i64 = 100;
 
-    fn set(&self, text: &str) {
-        let text = crate::errors::truncate_utf8(text, TEXT_BYTES);
-        self.seq.fetch_add(1, Ordering::AcqRel);
-        for (slot, byte) in self.bytes.iter().zip(text.bytes()) {
-            slot.store(byte, Ordering::Relaxed);
-        }
-        self.len.store(text.len() as u64, Ordering::Relaxed);
-        self.seq.fetch_add(1, Ordering::AcqRel);
-    }
-
-    pub fn get(&self) -> String {
-        loop {
-            let before = self.seq.load(Ordering::Acquire);
-            let len = (self.len.load(Ordering::Relaxed) as usize).min(TEXT_BYTES);
-            let bytes: Vec<u8> = self.bytes[..len]
-                .iter()
-                .map(|b| b.load(Ordering::Relaxed))
-                .collect();
-            std::sync::atomic::fence(Ordering::Acquire);
-            if before.is_multiple_of(2) && self.seq.load(Ordering::Relaxed) == before {
-                return String::from_utf8_lossy(&bytes).into_owned();
-            }
-            std::hint::spin_loop();
-        }
-    }
-}
-
-/// What the keeper holds, for `snowflake_status` and waiting callers.
-#[repr(C)]
-pub struct LeaseShared {
-    latch: AtomicPtr<pg_sys::Latch>,
-    pub pid: AtomicI32,
-    /// The machine id held (-1: none).
-    pub machine: AtomicI64,
-    /// When this server stops issuing unless it renews (Unix ms, its own
-    /// clock), 0 before the first claim.
-    pub until_unix_ms: AtomicI64,
-    pub renewals: AtomicU64,
-    pub failures: AtomicU64,
-    /// The foreign server and table the lease comes from.
-    pub source: SharedText,
-    /// Why no lease is held, or the last renewal's error ("" when fine).
-    problem: SharedText,
-}
-
-impl LeaseShared {
-    pub fn new() -> LeaseShared {
-        LeaseShared {
-            latch: AtomicPtr::new(std::ptr::null_mut()),
-            pid: AtomicI32::new(0),
-            machine: AtomicI64::new(-1),
-            until_unix_ms: AtomicI64::new(0),
-            renewals: AtomicU64::new(0),
-            failures: AtomicU64::new(0),
-            source: SharedText::new(),
-            problem: SharedText::new(),
-        }
-    }
-
-    pub fn wake(&self) {
-        let latch = self.latch.load(Ordering::Acquire);
-        if !latch.is_null() {
-            // SAFETY: a PGPROC latch in shared memory; setting the latch of
-            // a process that just exited is harmless.
-            unsafe { pg_sys::SetLatch(latch) };
-        }
-    }
-
-    pub fn problem(&self) -> String {
-        match self.problem.get() {
-            p if p.is_empty() => "the lease keeper has not claimed one yet".into(),
-            p => p,
-        }
-    }
-
-    /// The last problem, if any.
-    pub fn last_problem(&self) -> Option<String> {
-        Some(self.problem.get()).filter(|p| !p.is_empty())
-    }
-}
-
-impl Default for LeaseShared {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-fn text_setting(setting: &pgrx::guc::GucSetting<Option<std::ffi::CString>>) -> String {
-    setting
-        .get()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_default()
-}
-
-fn settings() -> Result<LeaseSettings, LeaseError> {
-    LeaseSettings::new(
-        i64::from(gucs::LEASE_DURATION_MS.get()),
-        i64::from(gucs::LEASE_MARGIN_MS.get()),
-        i64::from(gucs::SNOWFLAKE_MAX_LEAD_MS.get()),
-    )
-}
-
-/// This server's name in the lease table.
-fn holder() -> String {
-    let configured = text_setting(&gucs::LEASE_HOLDER);
-    if !configured.trim().is_empty() {
-        return configured;
-    }
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .unwrap_or_default();
-    // SAFETY: plain reads of globals set at postmaster start.
-    let (port, data_dir) = unsafe {
-        (
-            pg_sys::PostPortNumber,
-            std::ffi::CStr::from_ptr(pg_sys::DataDir)
-                .to_string_lossy()
-                .into_owned(),
-        )
-    };
-    format!("{host}:{port}:{data_dir}")
-}
-
-/// Checks the lease settings at server start (raises: the start fails).
-pub fn check_settings() {
-    if let Err(e) = settings() {
-        IdgenError::BadSetting {
-            name: "pg_idgen.lease_duration",
-            value: format!(
-                "{} ms (margin {} ms)",
-                gucs::LEASE_DURATION_MS.get(),
-                gucs::LEASE_MARGIN_MS.get()
-            ),
-            problem: e.to_string(),
-            hint: "The default is 20 s with a margin of 1 s.".into(),
-        }
-        .raise();
-    }
-    let configured = text_setting(&gucs::LEASE_HOLDER);
-    if !configured.is_empty() {
-        if let Err(e) = check_holder(&configured) {
-            IdgenError::BadSetting {
-                name: "pg_idgen.lease_holder",
-                value: configured,
-                problem: e.to_string(),
-                hint: "Use 1 to 200 printable characters, unique among the servers.".into(),
-            }
-            .raise();
-        }
-    }
-}
+/// A renewal that failed is tried again after this share of the time
+/// between renewals (at least `RENEW_RETRY_MIN_MS`): about ten more tries
+/// before the deadline stops the generators.
+const RENEW_RETRY_DIVISOR: i64 = 10;
+const RENEW_RETRY_MIN_MS: i64 = 50;
 
 /// Registers the keeper; called from `_PG_init` in lease mode.
 pub fn register() {
@@ -226,22 +77,26 @@ pub fn register() {
 /// How the keeper's last remote statement ended.
 enum Outcome<T> {
     Done(T),
-    /// The row was not as read: someone else wrote it (or 40001).
-    Lost,
+    /// The statement matched nothing: the row is not as read (someone
+    /// else wrote it, or 40001 through postgres_fdw), or — looking for the
+    /// lease table — no such table.
+    NoMatch,
     Failed(StoredError),
 }
 
+/// Runs `body` in a transaction of its own, bounded by
+/// `pg_idgen.remote_timeout`; a body that returns `None` matched nothing.
 fn run<T>(body: impl FnOnce() -> Result<Option<T>, pgrx::spi::Error>) -> Outcome<T> {
-    match crate::segment::worker::in_transaction(body) {
+    match bgworker::in_transaction(gucs::REMOTE_TIMEOUT_MS.get(), body) {
         Ok(Ok(Some(value))) => Outcome::Done(value),
-        Ok(Ok(None)) => Outcome::Lost,
+        Ok(Ok(None)) => Outcome::NoMatch,
         Ok(Err(e)) => Outcome::Failed(StoredError {
             sqlstate: PgSqlErrorCode::ERRCODE_INTERNAL_ERROR as i32,
             message: e.to_string(),
             hint: String::new(),
         }),
         Err(e) if e.sqlstate == PgSqlErrorCode::ERRCODE_T_R_SERIALIZATION_FAILURE as i32 => {
-            Outcome::Lost
+            Outcome::NoMatch
         }
         Err(e) => Outcome::Failed(e),
     }
@@ -251,9 +106,9 @@ fn run<T>(body: impl FnOnce() -> Result<Option<T>, pgrx::spi::Error>) -> Outcome
 #[pg_guard]
 #[unsafe(no_mangle)]
 pub extern "C-unwind" fn pg_idgen_lease_keeper_main(_arg: pg_sys::Datum) {
-    BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
+    bgworker::attach_signal_handlers();
     let Some(state) = snowflake() else { return };
-    let database = text_setting(&gucs::LEASE_DATABASE);
+    let database = setting_text(&gucs::LEASE_DATABASE);
     // Left in place if connecting fails (a FATAL in the log).
     state.lease.problem.set(&format!(
         "the lease keeper could not connect to pg_idgen.lease_database \"{database}\" (the server log says why)"
@@ -265,7 +120,7 @@ pub extern "C-unwind" fn pg_idgen_lease_keeper_main(_arg: pg_sys::Datum) {
         state.lease.latch.store(pg_sys::MyLatch, Ordering::Release);
         state.lease.pid.store(pg_sys::MyProcPid, Ordering::Release);
     }
-    let settings = match settings() {
+    let settings = match lease_settings() {
         Ok(s) => s,
         Err(e) => {
             state.lease.problem.set(&e.to_string());
@@ -275,7 +130,7 @@ pub extern "C-unwind" fn pg_idgen_lease_keeper_main(_arg: pg_sys::Datum) {
     let mut keeper = Keeper {
         state,
         settings,
-        holder: holder(),
+        holder: lease_holder(),
         layout_text: {
             let l = state.main.layout();
             format!(
@@ -291,7 +146,7 @@ pub extern "C-unwind" fn pg_idgen_lease_keeper_main(_arg: pg_sys::Datum) {
         seeded: false,
     };
     loop {
-        let sleep_ms = keeper.step().clamp(10, 1000);
+        let sleep_ms = keeper.step().clamp(MIN_SLEEP_MS, MAX_SLEEP_MS);
         if BackgroundWorker::sigterm_received()
             || !BackgroundWorker::wait_latch(Some(Duration::from_millis(sleep_ms as u64)))
         {
@@ -322,7 +177,7 @@ impl Keeper {
     /// One step; returns how long to sleep (ms).
     fn step(&mut self) -> i64 {
         let Some(table) = self.find_table() else {
-            return 1000;
+            return RETRY_MS;
         };
         match self.held.clone() {
             Some(held) if held.renew_due(mono_now_ms()) => self.renew(&table, &held),
@@ -343,7 +198,7 @@ impl Keeper {
         if self.table.is_some() {
             return self.table.clone();
         }
-        let name = text_setting(&gucs::LEASE_TABLE);
+        let name = setting_text(&gucs::LEASE_TABLE);
         let found = run(|| {
             Spi::connect(|client| {
                 let rows = client.select(
@@ -367,7 +222,7 @@ impl Keeper {
         });
         match found {
             Outcome::Done((qualified, server)) => {
-                let database = text_setting(&gucs::LEASE_DATABASE);
+                let database = setting_text(&gucs::LEASE_DATABASE);
                 self.state.lease.source.set(&format!(
                     "{} ({database}.{qualified})",
                     server.as_deref().unwrap_or("local table")
@@ -375,10 +230,10 @@ impl Keeper {
                 self.table = Some(qualified.clone());
                 Some(qualified)
             }
-            Outcome::Lost => {
+            Outcome::NoMatch => {
                 self.problem(&format!(
                     "pg_idgen.lease_table \"{name}\" does not exist in database \"{}\" (create the foreign table over the central idgen_machine_lease)",
-                    text_setting(&gucs::LEASE_DATABASE)
+                    setting_text(&gucs::LEASE_DATABASE)
                 ));
                 None
             }
@@ -454,7 +309,7 @@ impl Keeper {
                     ceiling_unix_ms: ceiling,
                 })
             }
-            Outcome::Lost => Outcome::Lost,
+            Outcome::NoMatch => Outcome::NoMatch,
             Outcome::Failed(e) => Outcome::Failed(e),
         }
     }
@@ -462,10 +317,10 @@ impl Keeper {
     fn claim(&mut self, table: &str) -> i64 {
         let rows = match self.read_rows(table) {
             Outcome::Done(rows) => rows,
-            Outcome::Lost => return 100,
+            Outcome::NoMatch => return READ_AGAIN_MS,
             Outcome::Failed(e) => {
                 self.problem(&e.message);
-                return 1000;
+                return RETRY_MS;
             }
         };
         self.seeded = true;
@@ -489,23 +344,23 @@ impl Keeper {
                 // Rows deleted by hand: seed them again.
                 self.seeded &= !matches!(e, LeaseError::NoRows { .. });
                 self.problem(&e.to_string());
-                return 1000;
+                return RETRY_MS;
             }
         };
         let sql = super::lease::claim_sql(table);
         match self.write(&sql, claim.machine_id, claim.version) {
             Outcome::Done(written) => {
-                let held = Held::claimed(&self.settings, &claim, None, &written);
+                let held = Held::claimed(&self.settings, &claim, &written);
                 self.apply(&held, true);
                 self.previous = Some(held.machine_id);
                 self.held = Some(held);
                 self.state.lease.problem.set("");
                 0
             }
-            Outcome::Lost => 0, // someone else won: read again
+            Outcome::NoMatch => 0, // someone else won: read again
             Outcome::Failed(e) => {
                 self.problem(&e.message);
-                1000
+                RETRY_MS
             }
         }
     }
@@ -521,7 +376,7 @@ impl Keeper {
                 self.state.lease.problem.set("");
                 0
             }
-            Outcome::Lost => {
+            Outcome::NoMatch => {
                 self.stop();
                 self.problem(&format!(
                     "the lease of machine id {} was lost (its row changed on the central server); claiming again",
@@ -534,7 +389,7 @@ impl Keeper {
                 // Nothing changes: the generators stop by themselves at the
                 // deadline if no renewal succeeds before it.
                 self.problem(&format!("renewal failed: {}", e.message));
-                (self.settings.renew_after_ms() / 10).max(50)
+                (self.settings.renew_after_ms() / RENEW_RETRY_DIVISOR).max(RENEW_RETRY_MIN_MS)
             }
         }
     }

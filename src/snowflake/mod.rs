@@ -2,21 +2,29 @@
 //! lock-free generator per cluster, safe when the clock steps back or the
 //! server restarts.
 //!
+//! Pure (no PostgreSQL):
 //! * `layout`: bit layout, friendly text form, epoch and machine-id
-//!   settings (pure).
-//! * `generator`: the clock state machine (pure).
-//! * `state_file`: the state file's format, and what a start makes of it
-//!   (pure).
-//! * `shared`: the state in shared memory, reading and writing the state
-//!   file, the keeper worker that persists the high-water mark.
+//!   settings.
+//! * `generator`: the clock state machine.
+//! * `state_file`: the state file's format, what a start makes of it, and
+//!   writing it durably.
 //! * `lease`: machine ids leased from a table on a central server — the
-//!   table, its SQL and the pure rules (claim, renew, stop, the successor's
+//!   table, its SQL and the rules (claim, renew, stop, the successor's
 //!   floor).
+//!
+//! PostgreSQL glue:
+//! * `config`: the settings, read and checked once at server start.
+//! * `clock`: the wall and monotonic clocks, and ms as `timestamptz`.
+//! * `shared`: the state in shared memory and `next_id`.
+//! * `keeper`: the worker that persists the high-water mark.
 //! * `lease_keeper`: the worker that claims and renews this server's lease
 //!   through postgres_fdw and tells the generators.
 //! * `sql`, `status`: the SQL functions and the status view.
 
+pub mod clock;
+pub mod config;
 pub mod generator;
+pub mod keeper;
 pub mod layout;
 pub mod lease;
 pub mod lease_keeper;

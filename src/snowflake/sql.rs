@@ -2,20 +2,14 @@
 //! take IDs apart, format them and bound them by time. All of them need the
 //! preloaded library (the layout comes from the server's settings).
 
+use super::clock::{to_timestamptz, PG_EPOCH_UNIX_MICROS};
 use super::generator::Generator;
-use super::layout::{Layout, LayoutError, UnixMs};
-use super::shared::{snowflake, Snowflake};
+use super::layout::{Layout, LayoutError};
+use super::shared::{snowflake_or_raise, Snowflake};
 use crate::errors::IdgenError;
 use pgrx::datum::TimestampWithTimeZone;
 use pgrx::prelude::*;
 use std::sync::atomic::Ordering;
-
-/// Microseconds from the Unix epoch to PostgreSQL's (2000-01-01).
-const PG_EPOCH_UNIX_MICROS: i64 = 946_684_800_000_000;
-
-pub fn snowflake_or_raise() -> &'static Snowflake {
-    snowflake().unwrap_or_else(|| IdgenError::NotPreloaded.raise())
-}
 
 fn refuse_during_recovery(function: &'static str) {
     // SAFETY: a plain query of this backend's recovery state.
@@ -33,21 +27,6 @@ fn javascript(state: &'static Snowflake) -> &'static Generator {
         .raise();
     }
     &state.javascript
-}
-
-/// A Unix time in ms as a `timestamptz`; out of its range (or of i64
-/// microseconds) is an error, never a wrapped value.
-pub fn to_timestamptz(unix_ms: UnixMs) -> TimestampWithTimeZone {
-    unix_ms
-        .checked_mul(1000)
-        .and_then(|micros| micros.checked_sub(PG_EPOCH_UNIX_MICROS))
-        .and_then(|pg_micros| TimestampWithTimeZone::try_from(pg_micros).ok())
-        .unwrap_or_else(|| {
-            IdgenError::TimestampOutOfRange {
-                problem: format!("{unix_ms} ms since 1970 is beyond timestamptz"),
-            }
-            .raise()
-        })
 }
 
 fn raise_layout_error(e: LayoutError, id: i64) -> ! {

@@ -1,7 +1,8 @@
 //! The format of `pg_idgen_snowflake.state`, the file that carries the
-//! snowflake high-water marks across restarts, and what a start makes of
-//! it. Pure: text in, text out; reading and writing the file is
-//! `shared.rs`'s business.
+//! snowflake high-water marks across restarts, what a start makes of it,
+//! and reading and writing it durably. No PostgreSQL here: text in, text
+//! out, and `std::fs` for the file in a directory the caller names (the
+//! data directory: a server process's working directory).
 //!
 //! # What the file promises
 //!
@@ -31,8 +32,68 @@
 //! without the mark could repeat IDs.
 
 use super::layout::{Layout, UnixMs};
+use std::io::Write;
+use std::path::Path;
+
+/// The file's name, in the data directory.
+pub const STATE_FILE: &str = "pg_idgen_snowflake.state";
+/// Where a new content is written before it is renamed over the old one.
+const STATE_FILE_TMP: &str = "pg_idgen_snowflake.state.tmp";
 
 const MAGIC: &str = "pg_idgen snowflake state 2";
+
+/// Why the state file cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadError {
+    pub problem: String,
+    /// The file could not be read at all (as opposed to: read, but not a
+    /// state file).
+    pub io: bool,
+}
+
+/// Reads and parses the file in `dir`: `Ok(None)` only when it does not
+/// exist (a first start).
+pub fn read(dir: &Path) -> Result<Option<Saved>, ReadError> {
+    let bytes = match std::fs::read(dir.join(STATE_FILE)) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => {
+            return Err(ReadError {
+                problem: format!("could not read it: {e}"),
+                io: true,
+            })
+        }
+    };
+    let text = String::from_utf8(bytes).map_err(|_| ReadError {
+        problem: "it is not text".into(),
+        io: false,
+    })?;
+    parse(&text)
+        .map(Some)
+        .map_err(|problem| ReadError { problem, io: false })
+}
+
+/// Writes `content` as the file in `dir` durably: a temporary file,
+/// fsync, rename over the old one, fsync of the directory. The file is
+/// always whole: the old content or the new.
+pub fn write_durably(dir: &Path, content: &str) -> std::io::Result<()> {
+    let tmp = dir.join(STATE_FILE_TMP);
+    let mut file = std::fs::File::create(&tmp)?;
+    file.write_all(content.as_bytes())?;
+    file.sync_all()?;
+    drop(file);
+    std::fs::rename(&tmp, dir.join(STATE_FILE))?;
+    std::fs::File::open(dir)?.sync_all()
+}
+
+/// Whether the file is missing from `dir` (removed under a running
+/// server); an error other than "not found" does not count as missing.
+pub fn is_missing(dir: &Path) -> bool {
+    matches!(
+        std::fs::symlink_metadata(dir.join(STATE_FILE)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound
+    )
+}
 
 /// What a start found in the state file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -267,6 +328,47 @@ mod tests {
             main: 123_456_789_012,
             javascript: -1,
         }
+    }
+
+    /// A fresh directory of this test's own under the system's temp dir.
+    fn temp_dir(name: &str) -> std::path::PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("pg_idgen-state-file-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn a_file_written_durably_reads_back_and_a_missing_one_is_a_first_start() {
+        let dir = temp_dir("round-trip");
+        assert_eq!(read(&dir), Ok(None));
+        assert!(is_missing(&dir));
+        write_durably(&dir, &render(&sample())).unwrap();
+        assert_eq!(read(&dir), Ok(Some(Saved::HighWater(sample()))));
+        assert!(!is_missing(&dir));
+        assert!(!dir.join(STATE_FILE_TMP).exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn an_empty_binary_or_unreadable_file_is_an_error_not_a_first_start() {
+        let dir = temp_dir("damaged");
+        std::fs::write(dir.join(STATE_FILE), "").unwrap();
+        assert!(matches!(read(&dir), Err(ReadError { io: false, .. })));
+        std::fs::write(dir.join(STATE_FILE), [0xff, 0xfe, 0x00]).unwrap();
+        assert_eq!(
+            read(&dir),
+            Err(ReadError {
+                problem: "it is not text".into(),
+                io: false
+            })
+        );
+        std::fs::remove_file(dir.join(STATE_FILE)).unwrap();
+        std::fs::create_dir(dir.join(STATE_FILE)).unwrap();
+        assert!(matches!(read(&dir), Err(ReadError { io: true, .. })));
+        assert!(!is_missing(&dir));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -1,9 +1,9 @@
 //! `snowflake_status`: one row per generator (the default layout and the
 //! JavaScript-safe one). Reads atomics only.
 
+use super::clock::{now_unix_ms, to_timestamptz};
 use super::generator::Generator;
-use super::shared::now_unix_ms;
-use super::sql::{snowflake_or_raise, to_timestamptz};
+use super::shared::snowflake_or_raise;
 use pgrx::datum::TimestampWithTimeZone;
 use pgrx::prelude::*;
 use std::sync::atomic::Ordering;

@@ -1,21 +1,136 @@
-//! `segment_attach`: points a tag at the `id_segment` of a central server,
-//! so that several databases (shards, several primaries) draw from one ID
-//! space through PostgreSQL's own postgres_fdw.
+//! A tag's DDL: `segment_create`, `segment_drop` and `segment_attach`.
 //!
-//! It checks the server (postgres_fdw, with a `connect_timeout`), creates
-//! the foreign table `"<schema>.<table>@<server>"` in the extension's
-//! schema if it is not there (owned by the caller, whose user mapping the
-//! refill worker then uses), reads the tag's central row through it, and
-//! registers the tag in `id_segment_remote`. A tag has one source: a tag
-//! with a row in the local `id_segment` cannot be attached, and an attached
-//! one cannot be created locally. The refill itself is the distributor's
-//! (`distributor.rs`, "Sources").
+//! A tag has one source of ranges: a row in the local `id_segment`
+//! (`segment_create`), or a central server's `id_segment` reached through
+//! postgres_fdw (`segment_attach`, registered in `id_segment_remote`).
+//! `segment_create` and `segment_attach` of one tag serialise on the tag's
+//! lock (`tag::lock_tag`) and check the other table with the latest
+//! snapshot, so a tag never gets both. `segment_drop` removes either, and
+//! the tag's cached ranges with it.
+//!
+//! `segment_attach` checks the server (postgres_fdw, with a
+//! `connect_timeout`), creates the foreign table
+//! `"<schema>.<table>@<server>"` in the extension's schema if it is not
+//! there (owned by the caller, whose user mapping the refill worker then
+//! uses), reads the tag's central row through it, and registers the tag.
+//! The refill itself is the distributor's (`distributor.rs`, "Sources").
 
-use super::distributor::{self, quote_identifier, quote_literal};
-use super::sql::{check_tag, current_table_oid, registry_or_raise};
+use super::created_here;
+use super::registry::registry_or_raise;
+use super::sql::forget_resolved;
+use super::tag::{self, check_tag, current_table_oid, table_name};
+use crate::catalog::{my_database, quote_identifier, quote_literal, table_schema};
 use crate::errors::{required, IdgenError};
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
+
+/// `segment_create(tag, start => 1, step => 1000)`: adds the tag's row to
+/// `id_segment`, so that its first ID is `start`.
+#[pg_extern(volatile, parallel_unsafe)]
+fn segment_create(
+    tag: Option<&str>,
+    start: default!(Option<i64>, 1),
+    step: default!(Option<i32>, 1000),
+    fcinfo: pg_sys::FunctionCallInfo,
+) {
+    registry_or_raise();
+    let tag = required(tag, "segment tag");
+    let start = required(start, "start");
+    let step = required(step, "step");
+    check_tag(tag.as_bytes());
+    if start < 1 {
+        IdgenError::BadStart { start }.raise();
+    }
+    if step <= 0 {
+        IdgenError::BadStep {
+            step: i64::from(step),
+        }
+        .raise();
+    }
+    let table_oid = current_table_oid(fcinfo);
+    let insert = format!(
+        "INSERT INTO {} (biz_tag, max_id, step, version, updated_at) \
+         VALUES ($1, $2, $3, 0, pg_catalog.now()) ON CONFLICT (biz_tag) DO NOTHING",
+        table_name(table_oid)
+    );
+    // A tag attached to a central server has its one source there
+    // (checked under the tag's lock: see `tag::lock_tag`).
+    tag::lock_tag(table_oid, tag);
+    if tag::tag_exists_latest(table_oid, tag.as_bytes(), true) {
+        IdgenError::TagExists {
+            tag: tag.to_string(),
+        }
+        .raise();
+    }
+    let inserted = Spi::connect_mut(|client| {
+        client
+            .update(
+                insert.as_str(),
+                None,
+                &[tag.into(), (start - 1).into(), step.into()],
+            )
+            .map(|t| t.len())
+    })
+    .unwrap_or_else(|e| {
+        IdgenError::Internal {
+            context: "segment_create",
+            message: e.to_string(),
+        }
+        .raise()
+    });
+    if inserted == 0 {
+        IdgenError::TagExists {
+            tag: tag.to_string(),
+        }
+        .raise();
+    }
+    // This transaction hands out the tag's IDs until it commits.
+    created_here::created(tag.as_bytes(), table_oid, start);
+}
+
+/// `segment_drop(tag)`: removes the tag's row and drops its cached ranges.
+/// Its IDs handed out so far stay handed out; a tag created again later
+/// starts wherever `segment_create` says.
+#[pg_extern(volatile, parallel_unsafe)]
+fn segment_drop(tag: Option<&str>, fcinfo: pg_sys::FunctionCallInfo) {
+    let registry = registry_or_raise();
+    let tag = required(tag, "segment tag");
+    check_tag(tag.as_bytes());
+    let table_oid = current_table_oid(fcinfo);
+    let delete = format!(
+        "DELETE FROM {} WHERE biz_tag OPERATOR(pg_catalog.=) $1",
+        table_name(table_oid)
+    );
+    // An attached tag: its registration goes; the central row stays.
+    let detach = tag::remote_table_name(table_oid)
+        .map(|remote| format!("DELETE FROM {remote} WHERE biz_tag OPERATOR(pg_catalog.=) $1"));
+    let deleted = Spi::connect_mut(|client| {
+        let mut deleted = client
+            .update(delete.as_str(), None, &[tag.into()])
+            .map(|t| t.len())?;
+        if let Some(detach) = &detach {
+            deleted += client.update(detach, None, &[tag.into()])?.len();
+        }
+        Ok::<_, pgrx::spi::Error>(deleted)
+    })
+    .unwrap_or_else(|e| {
+        IdgenError::Internal {
+            context: "segment_drop",
+            message: e.to_string(),
+        }
+        .raise()
+    });
+    // A tag whose row is already gone may still hold a slot: free it too.
+    let had_slot = registry.free(my_database(), tag.as_bytes());
+    forget_resolved(tag.as_bytes());
+    created_here::dropped(tag.as_bytes(), table_oid);
+    if deleted == 0 && !had_slot {
+        IdgenError::UnknownTag {
+            tag: tag.to_string(),
+        }
+        .raise();
+    }
+}
 
 fn spi_failed(context: &'static str) -> impl Fn(pgrx::spi::Error) -> IdgenError {
     move |e| IdgenError::Internal {
@@ -81,17 +196,16 @@ fn segment_attach(
     let remote_table = required(remote_table, "remote_table");
     check_tag(tag.as_bytes());
     let table_oid = current_table_oid(fcinfo);
-    let (Some(schema), Some(registry_table)) = (
-        distributor::table_schema(table_oid),
-        distributor::remote_table_name(table_oid),
-    ) else {
+    let (Some(schema), Some(registry_table)) =
+        (table_schema(table_oid), tag::remote_table_name(table_oid))
+    else {
         IdgenError::ExtensionDropped.raise()
     };
     let foreign_name = foreign_table_name(remote_schema, remote_table, server);
     // One source per tag: checked under the tag's lock, which
     // `segment_create` takes too, against committed rows.
-    distributor::lock_tag(table_oid, tag);
-    if distributor::tag_exists_latest(table_oid, tag.as_bytes(), false) {
+    tag::lock_tag(table_oid, tag);
+    if tag::tag_exists_latest(table_oid, tag.as_bytes(), false) {
         IdgenError::TagExists { tag: tag.into() }.raise();
     }
     let result = Spi::connect_mut(|client| -> Result<(), IdgenError> {

@@ -1,0 +1,215 @@
+//! A segment tag as a backend sees it, outside the refill: its name
+//! checked, the `id_segment` its SQL function belongs to, whether its row
+//! is there (in `id_segment`, or attached through `id_segment_remote`) and
+//! whether the calling transaction holds it, and the lock that serialises
+//! a tag's DDL.
+//!
+//! The look-ups read the table's primary-key index directly with the
+//! caller's snapshot (or the latest one), as `nextval()` reads a
+//! sequence: no privilege on the table is needed, and no lock on it
+//! outlives the call.
+
+use crate::catalog::table_name_and_owner;
+use crate::errors::{IdgenError, TAG_MAX_BYTES};
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+
+/// Validates a tag's bytes (NULL is handled by the callers).
+pub fn check_tag(tag: &[u8]) {
+    if tag.is_empty() {
+        IdgenError::EmptyTag.raise();
+    }
+    if tag.len() > TAG_MAX_BYTES {
+        IdgenError::TagTooLong {
+            tag: String::from_utf8_lossy(tag).into_owned(),
+        }
+        .raise();
+    }
+}
+
+/// The OID of the `id_segment` table beside the function `fn_oid` (0 if it
+/// is gone: the extension was dropped).
+fn table_of_function(fn_oid: pg_sys::Oid) -> u32 {
+    // SAFETY: both look-ups read the syscache inside the caller's
+    // transaction; a dropped function has no namespace (InvalidOid).
+    unsafe {
+        let namespace = pg_sys::get_func_namespace(fn_oid);
+        if namespace == pg_sys::InvalidOid {
+            return 0;
+        }
+        pg_sys::get_relname_relid(c"id_segment".as_ptr(), namespace).to_u32()
+    }
+}
+
+/// The OID of the `id_segment` beside the SQL function being called.
+pub(super) fn current_table_oid(fcinfo: pg_sys::FunctionCallInfo) -> u32 {
+    // SAFETY: fcinfo is the current call's.
+    table_of_function(unsafe { (*(*fcinfo).flinfo).fn_oid })
+}
+
+/// The schema-qualified name of table `table_oid`.
+pub fn table_name(table_oid: u32) -> String {
+    table_name_and_owner(table_oid)
+        .map(|(name, _)| name)
+        .unwrap_or_else(|| IdgenError::ExtensionDropped.raise())
+}
+
+/// Whether the calling transaction can see `tag`'s row, and whether it has
+/// written or locked that row itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RowState {
+    /// The table itself is gone (the extension was dropped).
+    NoTable,
+    /// No row visible to the caller (never created, dropped, or created by
+    /// a transaction that has not committed).
+    Missing,
+    /// The row is there and the caller's transaction has not touched it.
+    Free,
+    /// The caller's transaction inserted, updated, deleted or locked the
+    /// row: the refill worker would wait for it to end.
+    HeldByCaller,
+}
+
+/// Looks `tag`'s row up in table `table_oid` with the caller's snapshot,
+/// reading the tuple header for who wrote or locked it. A direct index
+/// scan: it needs no privilege on the table (like `nextval()`, which needs
+/// none on the sequence's heap), and its lock on the table is released at
+/// once, so the caller's transaction keeps no lock on `id_segment`.
+///
+/// A tag with no row in `id_segment` may be a remote one: its registration
+/// in `id_segment_remote` (same schema) answers then.
+pub fn row_state(table_oid: u32, tag: &[u8]) -> RowState {
+    match row_state_in(table_oid, tag, false) {
+        RowState::Missing => match remote_table_oid(table_oid) {
+            0 => RowState::Missing,
+            remote => match row_state_in(remote, tag, false) {
+                RowState::NoTable => RowState::Missing,
+                state => state,
+            },
+        },
+        state => state,
+    }
+}
+
+/// The schema-qualified name of `id_segment_remote` beside table
+/// `table_oid`, if it is there.
+pub fn remote_table_name(table_oid: u32) -> Option<String> {
+    match remote_table_oid(table_oid) {
+        0 => None,
+        oid => table_name_and_owner(oid).map(|(name, _)| name),
+    }
+}
+
+/// The OID of `id_segment_remote` beside table `table_oid` (0: none).
+fn remote_table_oid(table_oid: u32) -> u32 {
+    // SAFETY: syscache look-ups inside the caller's transaction.
+    unsafe {
+        let namespace = pg_sys::get_rel_namespace(pg_sys::Oid::from(table_oid));
+        if namespace == pg_sys::InvalidOid {
+            return 0;
+        }
+        pg_sys::get_relname_relid(c"id_segment_remote".as_ptr(), namespace).to_u32()
+    }
+}
+
+/// Whether `tag` has a row in `id_segment_remote` (`remote = true`) or in
+/// `id_segment` beside table `table_oid`, committed by anyone or written by
+/// the calling transaction: read with the latest snapshot, not the
+/// transaction's, so that after `lock_tag` the row of a transaction that
+/// committed meanwhile counts too, at any isolation level.
+pub fn tag_exists_latest(table_oid: u32, tag: &[u8], remote: bool) -> bool {
+    let relid = match remote {
+        true => remote_table_oid(table_oid),
+        false => table_oid,
+    };
+    relid != 0
+        && matches!(
+            row_state_in(relid, tag, true),
+            RowState::Free | RowState::HeldByCaller
+        )
+}
+
+/// Serialises `segment_create` and `segment_attach` of one tag in one
+/// database until the end of the calling transaction, so that a tag never
+/// gets both a local row and a remote source.
+pub fn lock_tag(table_oid: u32, tag: &str) {
+    let locked = Spi::connect_mut(|client| {
+        client.update(
+            "SELECT pg_catalog.pg_advisory_xact_lock($1, pg_catalog.hashtext($2))",
+            None,
+            &[(table_oid as i32).into(), tag.into()],
+        )?;
+        Ok::<_, pgrx::spi::Error>(())
+    });
+    if let Err(e) = locked {
+        IdgenError::Internal {
+            context: "lock_tag",
+            message: e.to_string(),
+        }
+        .raise();
+    }
+}
+
+/// `row_state` in one table whose first column (and primary key) is the
+/// tag, with the caller's snapshot (or the latest one).
+fn row_state_in(table_oid: u32, tag: &[u8], latest: bool) -> RowState {
+    let tag = std::ffi::CString::new(tag).unwrap_or_default();
+    // SAFETY: inside a transaction with an active snapshot (a SQL function
+    // call); every open/begin is matched by its close/end below, and an
+    // ERROR in between is cleaned up by the transaction's abort.
+    unsafe {
+        let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
+        let relation = pg_sys::try_table_open(pg_sys::Oid::from(table_oid), lock);
+        if relation.is_null() {
+            return RowState::NoTable;
+        }
+        #[cfg(not(feature = "pg18"))]
+        let index = pg_sys::RelationGetPrimaryKeyIndex(relation);
+        #[cfg(feature = "pg18")]
+        let index = pg_sys::RelationGetPrimaryKeyIndex(relation, false);
+        let mut key: pg_sys::ScanKeyData = std::mem::zeroed();
+        pg_sys::ScanKeyInit(
+            &mut key,
+            1, // biz_tag
+            pg_sys::BTEqualStrategyNumber as pg_sys::StrategyNumber,
+            pg_sys::Oid::from(pg_sys::F_TEXTEQ),
+            pg_sys::Datum::from(pg_sys::cstring_to_text(tag.as_ptr())),
+        );
+        let snapshot = if latest {
+            pg_sys::GetLatestSnapshot()
+        } else if pg_sys::ActiveSnapshotSet() {
+            pg_sys::GetActiveSnapshot()
+        } else {
+            pg_sys::GetTransactionSnapshot()
+        };
+        let scan = pg_sys::systable_beginscan(
+            relation,
+            index,
+            index != pg_sys::InvalidOid,
+            snapshot,
+            1,
+            &mut key,
+        );
+        let tuple = pg_sys::systable_getnext(scan);
+        let state = match tuple.as_ref() {
+            None => RowState::Missing,
+            Some(tuple) => {
+                let header = &*tuple.t_data;
+                let xmin = header.t_choice.t_heap.t_xmin;
+                let xmax = header.t_choice.t_heap.t_xmax;
+                let infomask = u32::from(header.t_infomask);
+                let xmax_is_ours = infomask & pg_sys::HEAP_XMAX_INVALID == 0
+                    && infomask & pg_sys::HEAP_XMAX_IS_MULTI == 0
+                    && pg_sys::TransactionIdIsCurrentTransactionId(xmax);
+                if pg_sys::TransactionIdIsCurrentTransactionId(xmin) || xmax_is_ours {
+                    RowState::HeldByCaller
+                } else {
+                    RowState::Free
+                }
+            }
+        };
+        pg_sys::systable_endscan(scan);
+        pg_sys::table_close(relation, lock);
+        state
+    }
+}
