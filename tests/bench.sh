@@ -34,7 +34,7 @@ esac
 # Not setup.sh's own install (into PostgreSQL 15): the build for the
 # version asked for is installed below.
 PG_IDGEN_SETUP_INSTALL=0 bash tests/setup.sh
-source tests/pg_versions.sh
+source tests/lib/pg_versions.sh
 require_pg "$major"
 pg_config=$(pg_config_for "$major")
 export PG_BIN

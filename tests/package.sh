@@ -60,10 +60,10 @@ pg_config_for() {
     if [[ $1 == 15 ]]; then echo /usr/lib/postgresql/15/bin/pg_config
     else echo "$PG_ROOT/$1/bin/pg_config"; fi
 }
-# The versions are pinned in tests/pg_versions.sh where the tree has it
+# The versions are pinned in tests/lib/pg_versions.sh where the tree has it
 # (its pg_config_for and require_pg replace the fallbacks here).
-if [[ -f tests/pg_versions.sh ]]; then
-    source tests/pg_versions.sh
+if [[ -f tests/lib/pg_versions.sh ]]; then
+    source tests/lib/pg_versions.sh
     PG_ROOT=$PG_IDGEN_PG_ROOT
 fi
 

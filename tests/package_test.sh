@@ -35,7 +35,7 @@ export PATH="$HOME/.cargo/bin:$PATH"
 PG15_CONFIG=/usr/lib/postgresql/15/bin/pg_config
 PKG=postgresql-15-pg-idgen
 PG_ROOT=${PG_IDGEN_PG_ROOT:-/opt/pg_idgen-pg}
-[[ -f tests/pg_versions.sh ]] && { source tests/pg_versions.sh; PG_ROOT=$PG_IDGEN_PG_ROOT; }
+[[ -f tests/lib/pg_versions.sh ]] && { source tests/lib/pg_versions.sh; PG_ROOT=$PG_IDGEN_PG_ROOT; }
 version=$(sed -n 's/^version *= *"\(.*\)"/\1/p' Cargo.toml | head -1)
 
 passed=0 failed=0

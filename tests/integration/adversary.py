@@ -1,6 +1,6 @@
-"""Helpers for the adversarial tests (test_contexts.py, test_lifecycle.py):
-test-only failpoints, per-tag ID checks, and small queries on the worker
-and on segment_status.
+"""Test-only failpoints, for the tests that force an interleaving
+(test_ddl_and_workers.py, test_blocks.py, test_remote.py). The queries and
+ID checks the tests share are in helpers.py.
 
 Failpoints exist only in builds with the cargo feature `failpoints`. At a
 named point, the server looks for the file `<PGDATA>/pg_idgen_failpoints/<name>`:
@@ -121,49 +121,3 @@ def armed(cluster, name, action="error"):
         yield fp
     finally:
         fp.release()
-
-
-# ---------------------------------------------------------------------------
-# Queries used by several tests.
-
-WORKER_TYPE = "pg_idgen refill worker"
-
-
-def refill_worker_pids(cluster, dbname):
-    """Pids of the refill workers connected to `dbname` (pg_stat_activity)."""
-    rows = cluster.sql(
-        "SELECT pid FROM pg_stat_activity WHERE backend_type = %s AND datname = %s ORDER BY pid",
-        (WORKER_TYPE, dbname))
-    return [r[0] for r in rows]
-
-
-def status_row(cluster, tag, *columns, dbname="postgres", of_database=None):
-    """One tag's segment_status columns (None if it has no row). The view is
-    cluster-wide; `of_database` (default: `dbname`) picks the database."""
-    rows = cluster.sql(
-        f"SELECT {', '.join(columns)} FROM segment_status WHERE tag = %s AND database = %s",
-        (tag, of_database or dbname), dbname=dbname)
-    assert len(rows) <= 1, f"segment_status shows {len(rows)} rows for one (database, tag)"
-    return rows[0] if rows else None
-
-
-def draw(conn, tag, n):
-    """n IDs of `tag` in one statement on `conn`, in the order received."""
-    return [r[0] for r in conn.execute(
-        "SELECT segment_nextval(%s) FROM generate_series(1, %s)", (tag, n))]
-
-
-def row_range(cluster, dbname, tag):
-    """(max_id, step, version) of a tag's row."""
-    rows = cluster.sql("SELECT max_id, step, version FROM id_segment WHERE biz_tag = %s", (tag,),
-                       dbname=dbname)
-    return rows[0] if rows else None
-
-
-def duplicates(ids):
-    seen, dups = set(), []
-    for i in ids:
-        if i in seen:
-            dups.append(i)
-        seen.add(i)
-    return dups

@@ -1,10 +1,9 @@
 """Fixtures for the integration tests: throwaway clusters (tests/lib/cluster.py)
-and the assertions the tests share."""
+and the torture suite's tally. The plain helpers the tests share (ID checks,
+sessions, draws, queries) are in helpers.py; the failpoints in adversary.py."""
 
-import contextlib
 import os
 import sys
-import time
 
 import pytest
 
@@ -51,41 +50,19 @@ def make_module_cluster():
     yield from _cluster_maker()
 
 
-@contextlib.contextmanager
-def row_locked(cluster, dbname, tag):
-    """A session holding `SELECT ... FOR UPDATE` on a tag's id_segment row
-    until the block ends: refills of that tag cannot take a range."""
-    locker = cluster.connect(dbname, autocommit=False)
-    locker.execute("SELECT * FROM id_segment WHERE biz_tag = %s FOR UPDATE", (tag,))
-    try:
-        yield
-    finally:
-        locker.rollback()
-        locker.close()
-
-
-def assert_unique(ids):
-    seen = set()
-    dups = [i for i in ids if i in seen or seen.add(i)]
-    assert not dups, f"{len(dups)} IDs handed out twice, e.g. {dups[:5]}"
-
-
-def assert_increasing(ids):
-    bad = [(a, b) for a, b in zip(ids, ids[1:]) if not a < b]
-    assert not bad, f"IDs not strictly increasing, e.g. {bad[:3]}"
-
-
-def wait_for(predicate, timeout=10.0, interval=0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return predicate()
+@pytest.fixture(scope="module")
+def lc(make_module_cluster):
+    """The module's cluster for tests that need no settings of their own
+    and no restart (refill_timeout = 10s, as every test cluster); one per
+    test module that uses it."""
+    c = make_module_cluster()
+    c.start()
+    return c
 
 
 # ---------------------------------------------------------------------------
-# The torture suite's tally, printed at the end of the run.
+# The torture suite's tally, printed at the end of the run (counted with
+# helpers.count_error and helpers.check_unique).
 
 TORTURE = {"rounds": 0, "ids_checked": 0, "duplicates": 0, "errors": {}}
 
@@ -94,19 +71,6 @@ TORTURE = {"rounds": 0, "ids_checked": 0, "duplicates": 0, "errors": {}}
 def torture():
     """Where torture tests count rounds, IDs checked, duplicates and errors."""
     return TORTURE
-
-
-def count_error(tally, error):
-    kind = getattr(error, "sqlstate", None) or type(error).__name__
-    name = f"{type(error).__name__} ({kind})" if kind != type(error).__name__ else kind
-    tally["errors"][name] = tally["errors"].get(name, 0) + 1
-
-
-def check_unique(tally, ids):
-    """Counts the IDs and duplicates into the tally, then asserts none."""
-    tally["ids_checked"] += len(ids)
-    tally["duplicates"] += len(ids) - len(set(ids))
-    assert_unique(ids)
 
 
 def pytest_terminal_summary(terminalreporter):

@@ -8,7 +8,7 @@ import threading
 import psycopg
 
 from adversary import paused
-from conftest import assert_increasing, assert_unique
+from helpers import assert_increasing, assert_unique
 
 
 def blocks_to_ids(rows):

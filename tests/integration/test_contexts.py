@@ -19,7 +19,7 @@ expression state (and fn_extra) while their values change.
 
 import pytest
 
-from adversary import duplicates
+from helpers import duplicates
 
 A_START, B_START, STEP = 1, 1_000_000_000, 10
 TAGS = ("a", "b")

@@ -17,9 +17,8 @@ import threading
 import psycopg
 import pytest
 
-from conftest import assert_increasing, assert_unique
+from helpers import REPO, assert_increasing, assert_unique
 
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(REPO, "examples"))
 from id_pool import IdPool, PoolClosed  # noqa: E402
 

@@ -11,8 +11,7 @@ import time
 import psycopg
 import pytest
 
-from conftest import assert_increasing, assert_unique, wait_for
-from test_snowflake import faketime_env
+from helpers import assert_increasing, assert_unique, draw_snowflakes, faketime_env, wait_for
 
 LEASE_DDL = """CREATE TABLE idgen_machine_lease (
     machine_id    int4 PRIMARY KEY CHECK (machine_id >= 0),
@@ -78,11 +77,6 @@ def holds_lease(server):
         return False
 
 
-def draw(server, n):
-    return [r[0] for r in server.sql(
-        f"SELECT snowflake_nextval() FROM generate_series(1, {n})", dbname=server_db(server))]
-
-
 def machine_of(server, ids):
     return {r[0] for r in server.sql(
         "SELECT DISTINCT (snowflake_parse(i)).machine_id FROM unnest(%s::bigint[]) i", (ids,),
@@ -105,7 +99,7 @@ def test_three_servers_starting_at_once_get_three_machine_ids(make_cluster):
     assert len(set(leased)) == 3, leased
     everything = []
     for s, machine in zip(servers, leased):
-        ids = draw(s, 20_000)
+        ids = draw_snowflakes(s, 20_000, dbname=server_db(s))
         assert_increasing(ids)
         assert machine_of(s, ids) == {machine}
         everything += ids
@@ -127,7 +121,7 @@ def test_a_killed_server_keeps_its_id_until_expiry_and_a_successor_behind_in_tim
     server_db(a), server_db(c)
     assert wait_for(lambda: holds_lease(a) and holds_lease(c), timeout=60)
     a_machine = lease_of(a)[0]
-    a_ids = draw(a, 50_000)
+    a_ids = draw_snowflakes(a, 50_000, dbname=server_db(a))
     # kill -9 of A's postmaster: nobody gives its row up.
     with open(os.path.join(a.data, "postmaster.pid")) as f:
         os.kill(int(f.readline()), signal.SIGKILL)
@@ -149,7 +143,7 @@ def test_a_killed_server_keeps_its_id_until_expiry_and_a_successor_behind_in_tim
     assert waited >= 3.0, f"A's id was taken over {waited:.2f} s after B started"
     assert wait_for(lambda: holds_lease(b), timeout=30)
     assert lease_of(b)[0] == a_machine
-    b_ids = draw(b, 50_000)
+    b_ids = draw_snowflakes(b, 50_000, dbname=server_db(b))
     assert machine_of(b, b_ids) == {a_machine}
     assert min(b_ids) > max(a_ids), "the successor issued an ID at or below the old holder's"
     assert_unique(a_ids + b_ids)
@@ -160,13 +154,13 @@ def test_a_holder_cut_off_from_the_central_server_stops_and_recovers(make_cluste
     a = leased_server(make_cluster, central)
     server_db(a)
     assert wait_for(lambda: holds_lease(a), timeout=60)
-    before = draw(a, 10_000)
+    before = draw_snowflakes(a, 10_000, dbname=server_db(a))
     central.stop()
     stopped = None
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
-            before += draw(a, 100)
+            before += draw_snowflakes(a, 100, dbname=server_db(a))
         except psycopg.Error as e:
             stopped = e
             break
@@ -179,7 +173,7 @@ def test_a_holder_cut_off_from_the_central_server_stops_and_recovers(make_cluste
 
     def issuing():
         try:
-            after.extend(draw(a, 1000))
+            after.extend(draw_snowflakes(a, 1000, dbname=server_db(a)))
             return True
         except psycopg.Error:
             return False
@@ -206,7 +200,7 @@ def test_giving_up_never_lowers_the_floor_below_an_earlier_holders_ids(make_clus
     server_db(b)
     assert wait_for(lambda: holds_lease(b), timeout=60)
     with pytest.raises(psycopg.Error) as stuck:
-        draw(b, 1)
+        draw_snowflakes(b, 1, dbname=server_db(b))
     assert stuck.value.sqlstate == "55000"
     b.stop()
     (floor, holder), = central.sql("SELECT floor_unix_ms, holder FROM idgen_machine_lease")
@@ -215,7 +209,7 @@ def test_giving_up_never_lowers_the_floor_below_an_earlier_holders_ids(make_clus
     c = leased_server(make_cluster, central, conf=(*narrow, "pg_idgen.snowflake_max_lead = '2min'"))
     server_db(c)
     assert wait_for(lambda: holds_lease(c), timeout=60)
-    c_ids = draw(c, 1000)
+    c_ids = draw_snowflakes(c, 1000, dbname=server_db(c))
     (first_ms,), = c.sql("SELECT (extract(epoch FROM ts) * 1000)::bigint FROM snowflake_parse(%s)",
                          (min(c_ids),), dbname=server_db(c))
     assert first_ms > earlier_floor
@@ -234,7 +228,7 @@ def test_a_clean_stop_leaves_the_exact_floor_and_a_terminated_keeper_comes_back(
     assert wait_for(lambda: a.sql("SELECT count(*) FROM pg_stat_activity WHERE backend_type = "
                                   f"'pg_idgen lease keeper' AND pid <> {pid}")[0][0] == 1, timeout=30)
     assert wait_for(lambda: holds_lease(a), timeout=60)
-    ids = draw(a, 10_000)
+    ids = draw_snowflakes(a, 10_000, dbname=server_db(a))
     (last_ms,), = a.sql("SELECT (extract(epoch FROM ts) * 1000)::bigint FROM snowflake_parse(%s)",
                         (ids[-1],), dbname=server_db(a))
     a.stop()
@@ -245,5 +239,5 @@ def test_a_clean_stop_leaves_the_exact_floor_and_a_terminated_keeper_comes_back(
     a.start()
     assert wait_for(lambda: holds_lease(a), timeout=60)
     assert lease_of(a)[0] == machine, "a restart takes its previous id back"
-    again = draw(a, 1000)
+    again = draw_snowflakes(a, 1000, dbname=server_db(a))
     assert min(again) > max(ids)

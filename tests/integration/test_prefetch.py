@@ -6,7 +6,7 @@ and a waiting backend shows a wait event."""
 import threading
 import time
 
-from conftest import row_locked, wait_for
+from helpers import row_locked, wait_for
 
 
 def status(cluster, db, tag, *columns):

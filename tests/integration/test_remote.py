@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 from adversary import paused
-from conftest import assert_increasing, assert_unique, wait_for
+from helpers import assert_increasing, assert_unique, draw_plain, wait_for
 
 EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "sharding")
 
@@ -55,11 +55,6 @@ def central_and_shards(make_cluster, shards=2, step=10, conf=SHARD_CONF):
         attach(shard, db, central, central_db)
         made.append((shard, db))
     return central, central_db, made
-
-
-def draw(cluster, db, n, tag="orders"):
-    return [r[0] for r in cluster.sql(
-        f"SELECT segment_nextval('{tag}') FROM generate_series(1, {n})", dbname=db)]
 
 
 def central_max_id(central, central_db, tag="orders"):
@@ -131,7 +126,7 @@ def test_shards_and_a_seeds_client_never_share_an_id(make_cluster):
 
 def test_a_stopped_central_server_costs_the_cached_ids_then_an_08_error_then_nothing(make_cluster):
     central, central_db, [(shard, db)] = central_and_shards(make_cluster, shards=1)
-    before = draw(shard, db, 5000)
+    before = draw_plain(shard, db, "orders", 5000)
     # The worker keeps IDs cached ahead of the callers.
     assert wait_for(lambda: shard.sql(
         "SELECT ids_ahead + remaining_in_range FROM segment_status WHERE tag = 'orders'",
@@ -158,13 +153,13 @@ def test_a_stopped_central_server_costs_the_cached_ids_then_an_08_error_then_not
 
     def resumed():
         try:
-            after.extend(draw(shard, db, 1000))
+            after.extend(draw_plain(shard, db, "orders", 1000))
             return True
         except psycopg.Error:
             return False
 
     assert wait_for(resumed, timeout=60, interval=0.5), "the shard did not resume by itself"
-    after += draw(shard, db, 5000)
+    after += draw_plain(shard, db, "orders", 5000)
     assert_unique(before + during + after)
     assert max(after) <= central_max_id(central, central_db)
 
@@ -180,7 +175,7 @@ def test_a_shard_crashing_with_its_refill_in_flight_on_the_central_server_leaves
                 "RETURN NEW; END$$; "
                 "CREATE TRIGGER hold_refill BEFORE UPDATE ON id_segment FOR EACH ROW "
                 "EXECUTE FUNCTION hold_refill()", dbname=central_db)
-    before = draw(shard, db, 3000)
+    before = draw_plain(shard, db, "orders", 3000)
     central.sql("INSERT INTO hold VALUES (true)", dbname=central_db)
     drained = []
     drawer = threading.Thread(target=_drain, args=(shard, db, drained))
@@ -204,7 +199,7 @@ def test_a_shard_crashing_with_its_refill_in_flight_on_the_central_server_leaves
 
 def _drew(cluster, db, into, n=3000):
     try:
-        into.extend(draw(cluster, db, n))
+        into.extend(draw_plain(cluster, db, "orders", n))
         return True
     except psycopg.Error:
         return False
@@ -224,13 +219,13 @@ def _drain(shard, db, into):
 def test_a_shard_crashing_after_the_central_commit_before_publishing_leaves_only_a_gap(
         make_cluster):
     central, central_db, [(shard, db)] = central_and_shards(make_cluster, shards=1)
-    before, drained = draw(shard, db, 3000), []
+    before, drained = draw_plain(shard, db, "orders", 3000), []
     drawer = threading.Thread(target=_drain, args=(shard, db, drained), daemon=True)
     with paused(shard, "worker-before-publish", trigger=drawer.start):
         committed = central_max_id(central, central_db)
         shard.stop("immediate")
     shard.start()
-    after = draw(shard, db, 3000)
+    after = draw_plain(shard, db, "orders", 3000)
     assert_unique(before + drained + after)
     assert min(after) > committed, "a range committed on the central server was served again"
 
@@ -239,7 +234,7 @@ def test_a_shard_crashing_after_the_central_commit_before_publishing_leaves_only
 def test_the_snowflake_fallback_is_opt_in(make_cluster, fallback):
     central, central_db, [(shard, db)] = central_and_shards(
         make_cluster, shards=1, conf=(*SHARD_CONF, f"pg_idgen.snowflake_fallback = {fallback}"))
-    own = draw(shard, db, 1000)
+    own = draw_plain(shard, db, "orders", 1000)
     central.stop()
     got, error = [], None
     with shard.connect(db) as conn:
@@ -344,7 +339,7 @@ def test_a_tag_created_and_attached_at_once_gets_one_source(make_cluster, first)
     (local,), = shard.sql("SELECT count(*) FROM id_segment WHERE biz_tag = 'x'", dbname=db)
     (remote,), = shard.sql("SELECT count(*) FROM id_segment_remote WHERE biz_tag = 'x'", dbname=db)
     assert (local, remote) == ((1, 0) if first == "create" else (0, 1))
-    ids = drawn + draw(shard, db, 30, tag="x")
+    ids = drawn + draw_plain(shard, db, "x", 30)
     assert_unique(ids)
 
 
@@ -368,7 +363,7 @@ def test_long_server_names_and_a_dropped_foreign_table(make_cluster):
     tables = shard.sql("SELECT count(*) FROM pg_foreign_table", dbname=db)[0][0]
     assert tables == 3  # orders' own, and one per long-named server
     for tag in ("a", "b", "c"):
-        ids = draw(shard, db, 50, tag=tag)
+        ids = draw_plain(shard, db, tag, 50)
         assert_increasing(ids)
         (max_id,), = central.sql("SELECT max_id FROM id_segment WHERE biz_tag = %s", (tag,),
                                  dbname=central_db)
@@ -379,6 +374,6 @@ def test_long_server_names_and_a_dropped_foreign_table(make_cluster):
     shard.sql(f"DROP FOREIGN TABLE {foreign}", dbname=db)
     shard.restart()
     with pytest.raises(psycopg.Error) as caught:
-        draw(shard, db, 1, tag="c")
+        draw_plain(shard, db, "c", 1)
     assert caught.value.sqlstate == "42P01", caught.value
     assert "foreign table was dropped" in str(caught.value)

@@ -11,7 +11,7 @@ import psycopg
 import pytest
 from psycopg import errors
 
-from conftest import assert_increasing, assert_unique, row_locked, wait_for
+from helpers import assert_increasing, assert_unique, row_locked, wait_for
 
 
 def draw_batches(cluster, db, tag, batches, size, use_setof=False):

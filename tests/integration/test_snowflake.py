@@ -2,7 +2,6 @@
 layout's rate, restarts with the clock set back (faketime on the server
 process), crashes, bad settings and standbys."""
 
-import glob
 import os
 import shutil
 import signal
@@ -15,24 +14,12 @@ import pytest
 from psycopg import errors
 
 from cluster import PG_BIN
-from conftest import assert_increasing, assert_unique, wait_for
+from helpers import assert_increasing, assert_unique, draw_snowflakes, faketime_env, keeper_pids, wait_for
 
-LIBFAKETIME = (glob.glob("/usr/lib/*/faketime/libfaketime.so.1") or [None])[0]
 STATE = "pg_idgen_snowflake.state"
 # Server log lines start with their SQLSTATE, so start-up errors can be
 # asserted by code.
 LOG_SQLSTATE = "log_line_prefix = '%e '"
-
-
-def faketime_env(offset_seconds):
-    """The server's clock shifted by `offset_seconds`, through libfaketime."""
-    assert LIBFAKETIME, "faketime is not installed (tests/setup.sh installs it)"
-    return {"LD_PRELOAD": LIBFAKETIME, "FAKETIME": f"{offset_seconds:+d}", "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
-
-
-def draw(cluster, n, function="snowflake_nextval", dbname="postgres"):
-    with cluster.connect(dbname) as conn:
-        return [r[0] for r in conn.execute(f"SELECT {function}() FROM generate_series(1, {n})")]
 
 
 @pytest.fixture
@@ -45,7 +32,7 @@ def snowflake_cluster(make_cluster):
 
 def test_four_sessions_of_a_million_ids_never_collide(snowflake_cluster):
     with ThreadPoolExecutor(4) as pool:
-        sessions = list(pool.map(lambda _: draw(snowflake_cluster, 1_000_000), range(4)))
+        sessions = list(pool.map(lambda _: draw_snowflakes(snowflake_cluster, 1_000_000), range(4)))
     for ids in sessions:
         assert len(ids) == 1_000_000
         assert_increasing(ids)
@@ -83,13 +70,13 @@ def test_a_restart_with_the_clock_an_hour_back_issues_only_larger_ids(make_clust
     c = make_cluster(conf=["pg_idgen.snowflake_max_lead = '2h'"])
     c.start()
     c.sql("CREATE EXTENSION pg_idgen")
-    before = draw(c, 50_000) + draw(c, 1000, "snowflake_js_nextval")
+    before = draw_snowflakes(c, 50_000) + draw_snowflakes(c, 1000, "snowflake_js_nextval")
     before_main, before_js = max(before[:50_000]), max(before[50_000:])
     c.restart(extra_env=faketime_env(-3600))
     (server_clock,), = c.sql("SELECT extract(epoch FROM clock_timestamp())::float8")
     assert abs(server_clock - time.time() + 3600) < 60, "faketime did not set the server's clock back"
-    after = draw(c, 50_000)
-    after_js = draw(c, 1000, "snowflake_js_nextval")
+    after = draw_snowflakes(c, 50_000)
+    after_js = draw_snowflakes(c, 1000, "snowflake_js_nextval")
     assert min(after) > before_main, "an ID at or below one issued before the restart"
     assert min(after_js) > before_js
     assert_increasing(after)
@@ -103,7 +90,7 @@ def test_with_the_default_lead_an_hour_back_fails_clearly_instead(make_cluster):
     c = make_cluster(conf=["pg_idgen.snowflake_max_wait = '300ms'"])
     c.start()
     c.sql("CREATE EXTENSION pg_idgen")
-    before = draw(c, 1000)
+    before = draw_snowflakes(c, 1000)
     c.restart(extra_env=faketime_env(-3600))
     with pytest.raises(errors.ObjectNotInPrerequisiteState) as caught:
         c.sql("SELECT snowflake_nextval()")
@@ -111,7 +98,7 @@ def test_with_the_default_lead_an_hour_back_fails_clearly_instead(make_cluster):
     assert "raise pg_idgen.snowflake_max_lead" in caught.value.diag.message_hint
     # Back on the right clock, IDs continue above the old ones.
     c.restart()
-    assert min(draw(c, 1000)) > max(before)
+    assert min(draw_snowflakes(c, 1000)) > max(before)
 
 
 def test_a_crash_never_repeats_a_snowflake_id(make_cluster):
@@ -146,7 +133,7 @@ def test_a_crash_never_repeats_a_snowflake_id(make_cluster):
         # Restart with the clock a few seconds back, which a crash can
         # coincide with (NTP step after a reboot).
         c.start(extra_env=faketime_env(-3))
-    received += draw(c, 10_000)
+    received += draw_snowflakes(c, 10_000)
     assert len(received) >= 70_000
     assert_unique(received)
 
@@ -235,7 +222,7 @@ def write_state(c, text):
 
 def draw_both(c):
     """IDs of both generators: (default IDs, JavaScript-safe IDs)."""
-    return draw(c, 20_000), draw(c, 2000, "snowflake_js_nextval")
+    return draw_snowflakes(c, 20_000), draw_snowflakes(c, 2000, "snowflake_js_nextval")
 
 
 def assert_above(c, before):
@@ -324,7 +311,7 @@ def test_without_a_state_file_a_start_is_a_first_start(make_cluster):
     c.sql("CREATE EXTENSION pg_idgen")
     assert c.sql("SELECT restarted_above IS NULL FROM snowflake_status WHERE generator = 'default'") == [(True,)]
     assert not os.path.exists(state_path(c)), "nothing issued yet: nothing written"
-    draw(c, 10)
+    draw_snowflakes(c, 10)
     assert os.path.exists(state_path(c))
 
 
@@ -395,14 +382,14 @@ def test_a_hundred_restarts_100_ms_apart_do_not_ratchet_the_mark(make_cluster):
     c = make_cluster()
     c.start()
     c.sql("CREATE EXTENSION pg_idgen")
-    before = draw(c, 1000)
+    before = draw_snowflakes(c, 1000)
     for i in range(100):
         c.stop("immediate")
         time.sleep(0.1)
         c.start()
         if i % 2:
-            before += draw(c, 1)  # half the runs issue an ID, half none
-    after = draw(c, 1000)
+            before += draw_snowflakes(c, 1)  # half the runs issue an ID, half none
+    after = draw_snowflakes(c, 1000)
     assert min(after) > max(before)
     (lead_ms, persisted_ahead), = c.sql(
         "SELECT lead_ms, extract(epoch FROM persisted_until - clock_timestamp()) * 1000 "
@@ -417,7 +404,7 @@ def test_a_call_that_cannot_succeed_within_max_wait_fails_at_once(make_cluster):
     c = make_cluster()
     c.start()
     c.sql("CREATE EXTENSION pg_idgen")
-    draw(c, 1000)
+    draw_snowflakes(c, 1000)
     c.restart(extra_env=faketime_env(-3600))
     with c.connect() as conn:
         # If the call slept for the clock, the statement timeout would end
@@ -430,30 +417,11 @@ def test_a_call_that_cannot_succeed_within_max_wait_fails_at_once(make_cluster):
     assert "raise pg_idgen.snowflake_max_lead" in caught.value.diag.message_hint
 
 
-def keeper_pids(c):
-    """The live keeper processes of the cluster's postmaster (the keeper has
-    no database connection, so pg_stat_activity does not list it)."""
-    with open(os.path.join(c.data, "postmaster.pid")) as f:
-        postmaster = f.readline().strip()
-    pids = []
-    for entry in os.listdir("/proc"):
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                ppid = f.read().rsplit(")", 1)[1].split()[1]
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                cmdline = f.read()
-        except (OSError, IndexError):
-            continue
-        if ppid == postmaster and b"pg_idgen snowflake keeper" in cmdline:
-            pids.append(int(entry))
-    return pids
-
-
 def test_a_terminated_keeper_is_restarted_and_never_shown_dead(make_cluster):
     c = make_cluster()
     c.start()
     c.sql("CREATE EXTENSION pg_idgen")
-    before = draw(c, 1000)
+    before = draw_snowflakes(c, 1000)
     (old,), = c.sql("SELECT keeper_pid FROM snowflake_status WHERE generator = 'default'")
     assert keeper_pids(c) == [old]
     os.kill(old, signal.SIGTERM)
@@ -462,14 +430,14 @@ def test_a_terminated_keeper_is_restarted_and_never_shown_dead(make_cluster):
     assert new != old and keeper_pids(c) == [new]
     # Beyond the old keeper's persisted window, IDs still come.
     time.sleep(2.5)
-    assert min(draw(c, 1000)) > max(before)
+    assert min(draw_snowflakes(c, 1000)) > max(before)
 
 
 def test_the_persist_window_is_a_setting(make_cluster):
     c = make_cluster(conf=["pg_idgen.snowflake_persist_ahead = '10s'"])
     c.start()
     c.sql("CREATE EXTENSION pg_idgen")
-    draw(c, 1)
+    draw_snowflakes(c, 1)
     (ahead,), = c.sql("SELECT extract(epoch FROM persisted_until - last_issued) * 1000 "
                       "FROM snowflake_status WHERE generator = 'default'")
     # The first ID needed a write, 10 s ahead of the keeper's clock; with
@@ -499,7 +467,7 @@ def test_max_wait_zero_still_waits_for_the_keeper(make_cluster):
                            "pg_idgen.snowflake_max_wait = 0"])
     c.start()
     c.sql("CREATE EXTENSION pg_idgen")
-    ids = draw(c, 40_000)
+    ids = draw_snowflakes(c, 40_000)
     assert_unique(ids)
     (persist_waits,), = c.sql("SELECT persist_waits FROM snowflake_status WHERE generator = 'default'")
     assert persist_waits > 0
@@ -539,7 +507,7 @@ def test_clients_never_see_rust_backtraces_whatever_rust_backtrace_says(make_clu
     c = make_cluster(conf=["pg_idgen.snowflake_max_wait = '1h'"])
     c.start()
     c.sql("CREATE EXTENSION pg_idgen")
-    draw(c, 1000)
+    draw_snowflakes(c, 1000)
     # A cancel while the call waits for a clock an hour behind.
     c.restart(extra_env={**faketime_env(-3600), "RUST_BACKTRACE": "full", "RUST_LIB_BACKTRACE": "1"})
     with c.connect() as conn:

@@ -7,7 +7,6 @@ Long form for soak runs: `bash tests/torture.sh` (50 rounds, 3 minutes of
 load), which sets PG_IDGEN_TORTURE=long.
 """
 
-import glob
 import os
 import random
 import signal
@@ -20,12 +19,11 @@ import pytest
 from psycopg import errors
 
 from cluster import PG_BIN
-from conftest import assert_increasing, check_unique, count_error, wait_for
+from helpers import LIBFAKETIME, assert_increasing, backend_pids, check_unique, count_error, wait_for
 
 LONG = os.environ.get("PG_IDGEN_TORTURE") == "long"
 CRASH_ROUNDS = 50 if LONG else 5
 LOAD_SECONDS = 180 if LONG else 20
-LIBFAKETIME = (glob.glob("/usr/lib/*/faketime/libfaketime.so.1") or ["libfaketime.so.1"])[0]
 
 
 class Drawers:
@@ -131,11 +129,6 @@ def answers(cluster):
         return False
 
 
-def backend_pids(cluster, backend_type):
-    return [pid for pid, in cluster.sql(
-        "SELECT pid FROM pg_stat_activity WHERE backend_type = %s AND pid <> pg_backend_pid()", (backend_type,))]
-
-
 def test_killed_backends_and_workers_recover_by_themselves(make_cluster, torture):
     c = torture_cluster(make_cluster, conf=["pg_idgen.refill_timeout = '5s'"])
     drawers = Drawers(c, torture, sessions=3, reconnect=True)
@@ -201,7 +194,7 @@ class Tamper:
 @pytest.mark.parametrize("tamper, expected_sqlstate", [
     ("DELETE FROM id_segment WHERE biz_tag = '{tag}'", "42704"),
     # Moving max_id back is refused by the table's trigger (23514, see
-    # test_lifecycle.py); a superuser who overrides it, with the version
+    # test_max_id_guard.py); a superuser who overrides it, with the version
     # bumped as an allocator would, meets this server's own refusal: a
     # refill in flight loses its CAS, reads the row again and refuses it.
     ("BEGIN; SET LOCAL pg_idgen.allow_max_id_decrease = on; "
@@ -265,8 +258,9 @@ def test_a_clock_jumping_back_10_s_during_load(make_cluster, torture):
     with open(offset, "w") as f:
         f.write("+0\n")
     os.chmod(offset, 0o644)
-    c.restart(extra_env={"LD_PRELOAD": LIBFAKETIME, "FAKETIME_TIMESTAMP_FILE": offset, "TZ": "UTC",
-                         "FAKETIME_NO_CACHE": "1", "FAKETIME_DONT_FAKE_MONOTONIC": "1"})
+    # Without faketime in Debian's place, the bare name (as this test always did).
+    c.restart(extra_env={"LD_PRELOAD": LIBFAKETIME or "libfaketime.so.1", "FAKETIME_TIMESTAMP_FILE": offset,
+                         "TZ": "UTC", "FAKETIME_NO_CACHE": "1", "FAKETIME_DONT_FAKE_MONOTONIC": "1"})
     # First, certainly seen, whatever the machine's speed: the clock stopped
     # a minute before the last ID issued. A call that may not wait fails at
     # once, and counts the step back and the refusal.

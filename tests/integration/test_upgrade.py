@@ -22,10 +22,9 @@ import tempfile
 
 import pytest
 
-from conftest import assert_increasing, assert_unique
 from cluster import PG_BIN
+from helpers import REPO, assert_increasing, assert_unique, draw_plain, draw_snowflakes
 
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 RELEASE_0_1_0 = "8c4bf95"
 CRATE = "pg_idgen_release_0_1_0"
 PG_CONFIG = os.path.join(PG_BIN, "pg_config")
@@ -127,16 +126,6 @@ def extversion(cluster, db):
                        dbname=db)
 
 
-def draw(cluster, db, tag, n):
-    return [r[0] for r in cluster.sql(
-        f"SELECT segment_nextval('{tag}') FROM generate_series(1, {n})", dbname=db)]
-
-
-def snowflakes(cluster, db, n):
-    return [r[0] for r in cluster.sql(
-        f"SELECT snowflake_nextval() FROM generate_series(1, {n})", dbname=db)]
-
-
 def test_a_0_1_0_database_updates_in_place_and_repeats_nothing(make_cluster, libraries):
     libraries.use_old()
     c = make_cluster()
@@ -146,24 +135,24 @@ def test_a_0_1_0_database_updates_in_place_and_repeats_nothing(make_cluster, lib
     c.sql("CREATE EXTENSION pg_idgen VERSION '0.1.0'", dbname=db)
     assert running_library(c, db) == "0.1.0"
     c.sql("SELECT segment_create('orders', step => 10)", dbname=db)
-    ids = draw(c, db, "orders", 500)
-    flakes = snowflakes(c, db, 200)
+    ids = draw_plain(c, db, "orders", 500)
+    flakes = draw_snowflakes(c, 200, dbname=db)
     # A crash on 0.1.0, then the current library: it reads what 0.1.0 left
     # (its snowflake state file, the id_segment rows) and the old SQL keeps
     # working until ALTER EXTENSION runs.
     c.restart(mode="immediate")
     assert running_library(c, db) == "current"
     assert extversion(c, db) == [("0.1.0",)]
-    ids += draw(c, db, "orders", 500)
-    flakes += snowflakes(c, db, 200)
+    ids += draw_plain(c, db, "orders", 500)
+    flakes += draw_snowflakes(c, 200, dbname=db)
     c.sql("ALTER EXTENSION pg_idgen UPDATE", dbname=db)
     assert extversion(c, db) == [("0.2.0",)]
     # What 0.2.0 added is there: max_id can no longer move back.
     with pytest.raises(Exception) as refused:
         c.sql("UPDATE id_segment SET max_id = 0 WHERE biz_tag = 'orders'", dbname=db)
     assert getattr(refused.value, "sqlstate", None) == "23514"
-    ids += draw(c, db, "orders", 500)
-    flakes += snowflakes(c, db, 200)
+    ids += draw_plain(c, db, "orders", 500)
+    flakes += draw_snowflakes(c, 200, dbname=db)
     assert len(ids) == 1500
     assert_unique(ids)
     assert_unique(flakes)
@@ -202,7 +191,7 @@ def test_a_dump_taken_under_0_1_0_restores_under_0_2_0_above_every_id(make_clust
     c.sql("CREATE TABLE orders (id bigint PRIMARY KEY DEFAULT segment_nextval('orders'), v int)",
           dbname=db)
     c.sql("INSERT INTO orders (v) SELECT g FROM generate_series(1, 1000) g", dbname=db)
-    before = draw(c, db, "orders", 300)
+    before = draw_plain(c, db, "orders", 300)
     dump = tmp_path / "dump.sql"
     c.client("pg_dump", "-d", db, "-f", str(dump))
     c.restart()

@@ -1,7 +1,8 @@
 """Throwaway PostgreSQL clusters, shared by the integration tests and the
 benchmark. Each cluster runs as the `postgres` user in its own temporary
 directory, listens only on a Unix socket there, and preloads pg_idgen
-(unless asked otherwise)."""
+(unless asked otherwise). Its settings come from cluster.conf, which
+cluster.sh (the shell scripts' clusters) reads too."""
 
 import itertools
 import os
@@ -39,6 +40,25 @@ def _own_libpq():
     return {"LD_LIBRARY_PATH": ":".join(filter(None, [lib, os.environ.get("LD_LIBRARY_PATH")]))}
 
 
+# The settings every throwaway cluster starts with, shared with cluster.sh.
+CONF_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cluster.conf")
+
+
+def base_conf(directory, preload=True):
+    """cluster.conf's postgresql.conf lines for a cluster in `directory`;
+    without preload, none that load or set pg_idgen."""
+    lines = []
+    with open(CONF_FILE) as f:
+        for line in f:
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            if not preload and line.startswith(("shared_preload_libraries", "pg_idgen.")):
+                continue
+            lines.append(line.replace("@DIR@", directory))
+    return lines
+
+
 class Cluster:
     def __init__(self, conf=(), preload=True, name="pg_idgen-it."):
         self.dir = tempfile.mkdtemp(prefix=name)
@@ -49,16 +69,7 @@ class Cluster:
             f"{PG_BIN}/initdb", "-D", self.data, "-U", "postgres", "--auth=trust",
             "--no-sync", "-E", "UTF8", "--locale=C.UTF-8",
         )
-        lines = [
-            "listen_addresses = ''",
-            f"unix_socket_directories = '{self.dir}'",
-            "max_worker_processes = 32",
-            "max_connections = 60",
-            "pg_idgen.refill_timeout = '10s'" if preload else "",
-        ]
-        if preload:
-            lines.append("shared_preload_libraries = 'pg_idgen'")
-        self.append_conf(*lines, *conf)
+        self.append_conf(*base_conf(self.dir, preload), *conf)
 
     def append_conf(self, *lines):
         with open(os.path.join(self.data, "postgresql.conf"), "a") as f:

@@ -1,9 +1,12 @@
 # Throwaway PostgreSQL clusters for the demo, the tests and the benchmark.
 # Source this file. A cluster runs as the `postgres` user, listens only on a
 # Unix socket inside its own temporary directory (listen_addresses = ''),
-# and loads pg_idgen through shared_preload_libraries.
+# and loads pg_idgen through shared_preload_libraries: the settings of
+# cluster.conf, which cluster.py (the integration tests' clusters) reads too.
 
 PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
+# The settings every cluster starts with, shared with cluster.py.
+CLUSTER_CONF=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/cluster.conf
 
 # cluster_init DIR [postgresql.conf lines...]: a new cluster in DIR/data.
 cluster_init() {
@@ -14,11 +17,11 @@ cluster_init() {
         --no-sync -E UTF8 --locale=C.UTF-8 >"$dir/initdb.log" 2>&1 \
         || { cat "$dir/initdb.log"; return 1; }
     {
-        echo "listen_addresses = ''"
-        echo "unix_socket_directories = '$dir'"
-        echo "shared_preload_libraries = 'pg_idgen'"
-        echo "max_worker_processes = 16"
-        echo "fsync = on"
+        local line
+        while IFS= read -r line; do
+            [[ -z $line || $line == "#"* ]] && continue
+            echo "${line//@DIR@/"$dir"}"
+        done <"$CLUSTER_CONF"
         for line in "$@"; do echo "$line"; done
     } >>"$dir/data/postgresql.conf"
 }
