@@ -36,3 +36,23 @@ CREATE TABLE id_segment_remote (
 );
 COMMENT ON TABLE id_segment_remote IS 'pg_idgen: segment tags whose ranges come from a central server through postgres_fdw';
 SELECT pg_catalog.pg_extension_config_dump('id_segment_remote', '');
+
+-- The snowflake high-water mark, in the WAL (src/snowflake/wal_mark.rs):
+-- in the database named by pg_idgen.snowflake_database, the snowflake
+-- keeper commits here, before any snowflake ID up to it is issued, the
+-- largest ID each generator may have handed out. A promoted standby, a
+-- point-in-time restore, a pg_upgrade'd cluster or a restored dump starts
+-- above it. One row; unused in the other databases.
+CREATE TABLE snowflake_high_water (
+    only_row           bool        PRIMARY KEY DEFAULT true
+                                   CONSTRAINT snowflake_high_water_one_row CHECK (only_row),
+    epoch_ms           bigint      NOT NULL,
+    time_bits          int         NOT NULL,
+    machine_bits       int         NOT NULL,
+    sequence_bits      int         NOT NULL,
+    default_high_id    bigint      NOT NULL,
+    javascript_high_id bigint      NOT NULL,
+    updated_at         timestamptz NOT NULL DEFAULT now()
+);
+COMMENT ON TABLE snowflake_high_water IS 'pg_idgen: no snowflake ID of this cluster is above these (in pg_idgen.snowflake_database; written by the snowflake keeper)';
+SELECT pg_catalog.pg_extension_config_dump('snowflake_high_water', '');

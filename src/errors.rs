@@ -99,6 +99,11 @@ pub enum IdgenError {
     SnowflakeKeeperSlow {
         waited_ms: i64,
     },
+    /// The keeper cannot read or commit the WAL-logged mark.
+    SnowflakeMarkNotLogged {
+        problem: String,
+        waited_ms: i64,
+    },
     /// The keeper could not be registered at server start.
     SnowflakeKeeperNotRegistered {
         max_worker_processes: i32,
@@ -381,6 +386,7 @@ impl IdgenError {
             }
             IdgenError::SnowflakeStateNotWritten { .. } => ERRCODE_IO_ERROR,
             IdgenError::SnowflakeKeeperSlow { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            IdgenError::SnowflakeMarkNotLogged { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             IdgenError::SnowflakeNoLease { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             IdgenError::SnowflakeLeaseCeiling { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             IdgenError::SnowflakeKeeperNotRegistered { .. } => ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
@@ -496,6 +502,9 @@ impl IdgenError {
             ),
             IdgenError::SnowflakeLeaseCeiling { waited_ms } => format!(
                 "snowflake time reached the ceiling of this server's machine id lease (waited {waited_ms} ms for a renewal)"
+            ),
+            IdgenError::SnowflakeMarkNotLogged { problem, waited_ms } => format!(
+                "no snowflake ID can be issued: the high-water mark is not WAL-logged ({problem}); waited {waited_ms} ms"
             ),
             IdgenError::SnowflakeKeeperSlow { waited_ms } => format!(
                 "the snowflake keeper has not finished writing pg_idgen_snowflake.state within {waited_ms} ms"
@@ -644,6 +653,7 @@ impl IdgenError {
             IdgenError::SnowflakeStateNotWritten { .. } => "Free space, or fix the permissions, in the data directory; snowflake IDs resume as soon as the keeper can write the file (the server log has its WARNING).".into(),
             IdgenError::SnowflakeNoLease { .. } => "pg_idgen.machine_id = 'lease': the lease keeper takes a machine id from pg_idgen.lease_table (in pg_idgen.lease_database) and renews it; snowflake_status and the server log (\"pg_idgen lease keeper\") say why it holds none — most often the central server is unreachable.".into(),
             IdgenError::SnowflakeLeaseCeiling { .. } => "The lease keeper raises the ceiling at each renewal; if renewals fail (see the server log), IDs stop until they succeed again.".into(),
+            IdgenError::SnowflakeMarkNotLogged { .. } => "pg_idgen commits the snowflake high-water mark in the table snowflake_high_water of pg_idgen.snowflake_database before it issues IDs up to it, so that standbys, restores and pg_upgrade continue above every ID. Install pg_idgen there (CREATE EXTENSION pg_idgen, or ALTER EXTENSION pg_idgen UPDATE after updating the library), or set pg_idgen.snowflake_database to a database that has it and restart.".into(),
             IdgenError::SnowflakeKeeperSlow { .. } => "The disk is slow to fsync. Raise pg_idgen.snowflake_persist_ahead so the keeper writes earlier, or pg_idgen.snowflake_max_wait.".into(),
             IdgenError::SnowflakeKeeperNotRegistered { .. } => "Raise max_worker_processes in postgresql.conf (pg_idgen needs one slot for its keeper, plus one per database using segment IDs) and start the server again.".into(),
             IdgenError::SnowflakeStateFile { .. } => "The file holds the highest snowflake IDs issued; without it IDs could repeat. Restore it from a backup, or follow \"Recovering the snowflake state file\" in the pg_idgen README: with the server stopped and the clock right, write the current Unix time in ms into it (date +%s%3N > $PGDATA/pg_idgen_snowflake.state).".into(),

@@ -147,6 +147,11 @@ pub static SNOWFLAKE_MAX_WAIT_MS: GucSetting<i32> = GucSetting::<i32>::new(10_00
 /// mark while IDs are issued, in ms.
 pub static SNOWFLAKE_PERSIST_AHEAD_MS: GucSetting<i32> = GucSetting::<i32>::new(2_000);
 
+/// The database whose `snowflake_high_water` table carries the snowflake
+/// high-water mark in the WAL (the snowflake keeper connects to it).
+pub static SNOWFLAKE_DATABASE: GucSetting<Option<CString>> =
+    GucSetting::<Option<CString>>::new(Some(c"postgres"));
+
 /// `pg_idgen.machine_id = 'lease'`: where the lease table is, and the lease.
 pub static LEASE_DATABASE: GucSetting<Option<CString>> =
     GucSetting::<Option<CString>>::new(Some(c"postgres"));
@@ -157,6 +162,14 @@ pub static LEASE_DURATION_MS: GucSetting<i32> = GucSetting::<i32>::new(20_000);
 pub static LEASE_MARGIN_MS: GucSetting<i32> = GucSetting::<i32>::new(1_000);
 
 pub fn register_snowflake() {
+    GucRegistry::define_string_guc(
+        c"pg_idgen.snowflake_database",
+        c"The database whose pg_idgen table snowflake_high_water holds the snowflake high-water mark.",
+        c"The snowflake keeper connects to it and commits the mark there before IDs up to it are issued, so the mark travels in the WAL to standbys, point-in-time restores and pg_upgrade. pg_idgen must be installed (CREATE EXTENSION pg_idgen) in that database.",
+        &SNOWFLAKE_DATABASE,
+        GucContext::Postmaster,
+        GucFlags::default(),
+    );
     GucRegistry::define_string_guc(
         c"pg_idgen.lease_database",
         c"With pg_idgen.machine_id = 'lease': the database whose foreign table pg_idgen.lease_table reaches the central lease table.",

@@ -48,6 +48,13 @@ pub extern "C-unwind" fn _PG_init() {
     snowflake::config::load_config();
     shmem::install_hooks();
     segment::lifecycle::install_hook();
+    // pg_upgrade starts the servers in binary-upgrade mode to move the
+    // catalogs: no ID is issued then, and a keeper connected to a database
+    // would stand in the way of pg_upgrade dropping and creating it.
+    // SAFETY: a plain read of a global set before _PG_init runs.
+    if unsafe { pg_sys::IsBinaryUpgrade } {
+        return;
+    }
     snowflake::keeper::register();
     if snowflake::config::config().is_some_and(|c| c.lease) {
         snowflake::lease_keeper::register();

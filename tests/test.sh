@@ -4,8 +4,10 @@
 # the SQL regression files (pg_regress) and the integration tests (pytest,
 # each on throwaway clusters). PostgreSQL 15 runs everything; 16, 17 and 18
 # run the core integration tests: concurrency, crash and restart, the
-# calling-context matrix, blocks, a central server's ranges and leases
-# (the upgrade from 0.1.0, a release built for 15 only, runs on 15).
+# calling-context matrix, blocks, a central server's ranges and leases, a
+# failover to a standby, and pg_upgrade from the version tested before (the
+# updates from 0.1.0 and 0.2.0, releases built for each version anew, run
+# on 15).
 # Last, the PostgreSQL 15 package is built, installed, used and removed. Exits non-zero on any failure.
 # `.ci/run` calls exactly this.
 #
@@ -48,6 +50,8 @@ CORE_TESTS=(
     tests/integration/test_examples.py
     tests/integration/test_remote.py::test_shards_and_a_seeds_client_never_share_an_id
     tests/integration/test_lease.py::test_three_servers_starting_at_once_get_three_machine_ids
+    "tests/integration/test_failover.py::test_a_promoted_standby_continues_above_every_replicated_id[right]"
+    tests/integration/test_pg_upgrade.py
 )
 
 echo; echo "== cargo fmt --check"
@@ -61,6 +65,7 @@ work=$(mktemp -d /tmp/pg_idgen-test.XXXXXX)
 chown postgres: "$work"
 trap 'rm -rf "$work"' EXIT
 
+previous=
 for major in "${versions[@]}"; do
     pg_config=$(pg_config_for "$major")
     features=(--no-default-features --features "pg$major")
@@ -84,12 +89,20 @@ for major in "${versions[@]}"; do
     echo; echo "== SQL regression files"
     bash tests/regress/run.sh
 
+    # pg_upgrade from the version tested just before (its build is
+    # installed): test_pg_upgrade.py runs when this names one.
+    unset PG_IDGEN_UPGRADE_FROM
+    if [[ -n $previous && $previous == $((major - 1)) ]]; then
+        export PG_IDGEN_UPGRADE_FROM
+        PG_IDGEN_UPGRADE_FROM=$(pg_bin_for "$previous")
+    fi
     echo; echo "== integration tests"
     if [[ $major == "$PG_DEBIAN_MAJOR" ]]; then
         .venv/bin/python -m pytest -p no:cacheprovider tests/integration "${pytest_args[@]}"
     else
         .venv/bin/python -m pytest -p no:cacheprovider "${CORE_TESTS[@]}" "${pytest_args[@]}"
     fi
+    previous=$major
 done
 
 if [[ " ${versions[*]} " == *" $PG_DEBIAN_MAJOR "* ]]; then

@@ -1,6 +1,12 @@
 -- On each shard (psql -v central_host=... -v central_port=... -v central_db=...
 -- -v central_user=...): reach the central server through postgres_fdw and
 -- take the 'orders' ranges from there.
+-- snowflake_nextval() needs pg_idgen in pg_idgen.snowflake_database too
+-- (postgres by default): the shard records its snowflake mark there.
+\set shard_db :DBNAME
+\connect postgres
+CREATE EXTENSION IF NOT EXISTS pg_idgen;
+\connect :shard_db
 CREATE EXTENSION IF NOT EXISTS pg_idgen;
 CREATE EXTENSION IF NOT EXISTS postgres_fdw;
 CREATE SERVER central FOREIGN DATA WRAPPER postgres_fdw

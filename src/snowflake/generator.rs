@@ -83,8 +83,9 @@ pub struct Generator {
     /// The largest time a call was refused for because it was not
     /// persisted yet (`i64::MIN`: none).
     wanted: AtomicI64,
-    /// The floor this run started above (-1: a first start).
-    floor: i64,
+    /// The floor this run started above (-1: a first start): the state
+    /// file's, raised by the WAL-logged mark (`raise_floor`).
+    floor: AtomicI64,
     /// Padding keeps the counters off the hot cache line of `last`.
     _pad: [u64; 8],
     pub stats: GeneratorStats,
@@ -157,7 +158,7 @@ impl Generator {
             persisted_limit: AtomicI64::new(floor.unwrap_or(-1)),
             wall_high: AtomicI64::new(i64::MIN),
             wanted: AtomicI64::new(i64::MIN),
-            floor: floor.unwrap_or(-1),
+            floor: AtomicI64::new(floor.unwrap_or(-1)),
             _pad: [0; 8],
             stats: GeneratorStats::default(),
         }
@@ -369,7 +370,40 @@ impl Generator {
 
     /// The floor this run started above (-1 on a first start).
     pub fn floor(&self) -> i64 {
-        self.floor
+        self.floor.load(Ordering::Acquire)
+    }
+
+    /// Raises the floor to `floor` (ms since epoch, clamped to the layout):
+    /// from now on no ID has a time at or below it. The keeper calls it with
+    /// the WAL-logged mark before it persists anything in a run, so before
+    /// any ID of the run is issued; `last` moves up by a CAS, never down, so
+    /// a call racing with it either issued below the old `last` or issues
+    /// above the new one.
+    pub fn raise_floor(&self, floor: i64) {
+        let floor = floor.clamp(0, self.layout.max_time_ms());
+        if self.floor.fetch_max(floor, Ordering::AcqRel) >= floor {
+            return;
+        }
+        self.persisted_limit.fetch_max(floor, Ordering::AcqRel);
+        let mut current = self.last.load(Ordering::Acquire);
+        loop {
+            let (time, _) = self.split(current);
+            if time >= floor {
+                return;
+            }
+            let raised = self.layout.compose(Parts {
+                time_ms: floor,
+                machine: self.machine_of(current),
+                sequence: self.layout.max_sequence(),
+            }) as u64;
+            match self
+                .last
+                .compare_exchange(current, raised, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return,
+                Err(now_last) => current = now_last,
+            }
+        }
     }
 
     /// The limit the keeper should persist now, if any (ms since epoch).
@@ -442,6 +476,31 @@ mod tests {
 
     fn parts(g: &Generator, id: i64) -> Parts {
         g.layout().decompose(id).unwrap()
+    }
+
+    #[test]
+    fn a_raised_floor_keeps_every_later_id_above_it_and_never_lowers() {
+        let layout = Layout::new(DEFAULT_EPOCH_MS, 41, 10, 12, 63).unwrap();
+        let g = Generator::new(layout, 3, Some(1_000));
+        let clock_ms = DEFAULT_EPOCH_MS + 500;
+        g.raise_floor(5_000);
+        assert_eq!(g.floor(), 5_000);
+        assert_eq!(g.persisted_limit(), 5_000);
+        // Nothing at or below the floor, and nothing until a limit above it
+        // is persisted.
+        assert_eq!(g.next_exact(clock_ms, i64::MAX), Err(Refusal::NotPersisted));
+        g.persisted(6_000);
+        let issued = g.next_exact(clock_ms, i64::MAX).unwrap();
+        let parts = parts(&g, issued.id);
+        assert_eq!(
+            (parts.time_ms, parts.machine, parts.sequence),
+            (5_001, 3, 0)
+        );
+        // A lower floor changes nothing.
+        g.raise_floor(2_000);
+        assert_eq!(g.floor(), 5_000);
+        let next = g.next_exact(clock_ms, i64::MAX).unwrap();
+        assert!(next.id > issued.id);
     }
 
     #[test]

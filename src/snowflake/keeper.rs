@@ -1,23 +1,33 @@
 //! The snowflake keeper: the background worker, one per cluster, that
-//! writes the generators' high-water marks ahead into the state file
-//! (`state_file.rs`) so that callers never wait for a disk in the common
-//! case — as `segment/worker.rs` is for segment ranges.
+//! writes the generators' high-water mark ahead — committed to the WAL in
+//! `snowflake_high_water` (`wal_mark.rs`) and written to the state file
+//! (`state_file.rs`) — so that callers never wait for a disk in the common
+//! case, as `segment/worker.rs` does for segment ranges.
 //!
-//! Every `KEEPER_INTERVAL` (or when a caller wakes it) it asks each
-//! generator for the mark it wants persisted (`mark_to_persist`: the
-//! current time plus `pg_idgen.snowflake_persist_ahead`), writes the file
-//! durably, and only then tells the generators they may issue up to it
-//! (`persisted`). A write that fails is retried at every pass; callers that
-//! reach the persisted mark wait and then fail with the OS error. A file
-//! removed under a running server is written again at once.
+//! * Start, promotion, end of a restore: before it persists anything (so
+//!   before any ID of the run is issued) it reads the WAL-logged mark and
+//!   raises both generators' floors to it (`Generator::raise_floor`): a
+//!   promoted standby, a restored or upgraded cluster issues only above it.
+//! * Every `KEEPER_INTERVAL` (or when a caller wakes it) it asks each
+//!   generator for the mark it wants persisted (`mark_to_persist`: the
+//!   current time plus `pg_idgen.snowflake_persist_ahead`), commits it,
+//!   writes the file durably, and only then tells the generators they may
+//!   issue up to it (`persisted`). A failure is retried at every pass;
+//!   callers that reach the persisted mark wait, then fail naming it.
+//! * On a standby (recovery) it persists nothing and shows the replayed
+//!   mark in `snowflake_status`.
 //!
-//! It is registered in `_PG_init` and started by the postmaster; the server
-//! refuses to start without a worker slot for it, since without a keeper no
-//! snowflake ID can ever be issued.
+//! It is registered in `_PG_init` and started by the postmaster once the
+//! server is consistent (it connects to `pg_idgen.snowflake_database`); the
+//! server refuses to start without a worker slot for it, since without a
+//! keeper no snowflake ID can ever be issued.
 
 use super::clock::now_unix_ms;
-use super::shared::{snowflake, KEEPER_RESTART};
-use super::state_file::{self, HighWater};
+use super::config::setting_text;
+use super::layout::Layout;
+use super::shared::{snowflake, Snowflake, KEEPER_RESTART};
+use super::state_file::{self, HighWater, Saved};
+use super::wal_mark::{self, MarkProblem};
 use crate::bgworker;
 use crate::errors::IdgenError;
 use crate::gucs;
@@ -29,6 +39,10 @@ use std::time::Duration;
 
 /// How often the keeper looks at the generators when nobody wakes it.
 const KEEPER_INTERVAL: Duration = Duration::from_millis(100);
+
+/// The shortest bound on one keeper transaction, whatever
+/// `pg_idgen.snowflake_max_wait` says (a commit is one WAL flush).
+const KEEPER_TRANSACTION_MIN_MS: i32 = 1_000;
 
 /// Set by the log hook while the keeper is being registered, when
 /// PostgreSQL refuses the registration (it only logs that).
@@ -73,8 +87,8 @@ pub fn register() {
         .set_type("pg_idgen snowflake keeper")
         .set_library("pg_idgen")
         .set_function("pg_idgen_snowflake_keeper_main")
-        .enable_shmem_access(None)
-        .set_start_time(BgWorkerStartTime::PostmasterStart)
+        .enable_spi_access()
+        .set_start_time(BgWorkerStartTime::ConsistentState)
         .set_restart_time(Some(KEEPER_RESTART))
         .load();
     // SAFETY: as above.
@@ -111,54 +125,177 @@ pub extern "C-unwind" fn pg_idgen_snowflake_keeper_main(_arg: pg_sys::Datum) {
         pg_sys::before_shmem_exit(Some(keeper_exit), pg_sys::Datum::from(0));
         state.keeper_started(pg_sys::MyProcPid, pg_sys::MyLatch);
     }
-    let generators = [&state.main, &state.javascript];
-    // The data directory: every server process's working directory.
-    let data_dir = Path::new(".");
-    let mut failing = false;
+    let database = setting_text(&gucs::SNOWFLAKE_DATABASE);
+    // Left in place if connecting fails (a FATAL in the log, and the
+    // postmaster starts the keeper again).
+    state.set_mark_problem(&format!(
+        "the snowflake keeper could not connect to pg_idgen.snowflake_database \"{database}\" (the server log says why)"
+    ));
+    BackgroundWorker::connect_worker_to_spi(Some(&database), None);
+    state.set_mark_problem("");
+    let mut keeper = Keeper {
+        state,
+        database,
+        data_dir: Path::new("."),
+        floors_raised: false,
+        file_failing: false,
+    };
     loop {
         bgworker::reload_if_asked();
-        let window = i64::from(gucs::SNOWFLAKE_PERSIST_AHEAD_MS.get());
-        let now = now_unix_ms();
-        let wanted = generators.map(|g| g.mark_to_persist(now, window));
-        // A file removed under a running server is written again at once:
-        // otherwise a crash would look like a first start.
-        let removed =
-            generators.iter().any(|g| g.persisted_limit() >= 0) && state_file::is_missing(data_dir);
-        if removed || wanted.iter().any(Option::is_some) {
-            let limits: Vec<i64> = generators
-                .iter()
-                .zip(wanted)
-                .map(|(g, w)| w.unwrap_or(g.persisted_limit()))
-                .collect();
-            let content = state_file::render(&HighWater {
-                layout: *state.main.layout(),
-                main: state_file::high_water_id(state.main.layout(), limits[0]),
-                javascript: state_file::high_water_id(state.javascript.layout(), limits[1]),
-            });
-            match state_file::write_durably(data_dir, &content) {
-                Ok(()) => {
-                    for (g, limit) in generators.iter().zip(&limits) {
-                        g.persisted(*limit);
-                    }
-                    state.keeper_wrote(0);
-                    failing = false;
-                }
-                Err(e) => {
-                    state.keeper_wrote(e.raw_os_error().unwrap_or(libc::EIO));
-                    if !failing {
-                        failing = true;
-                        IdgenError::StateFileWriteFailed {
-                            problem: e.to_string(),
-                        }
-                        .warn();
-                    }
-                }
-            }
-        }
+        keeper.step();
         if !BackgroundWorker::wait_latch(Some(KEEPER_INTERVAL)) {
             break;
         }
     }
     // SAFETY: ends this process; the exit callback clears the pid.
     unsafe { pg_sys::proc_exit(1) };
+}
+
+struct Keeper {
+    state: &'static Snowflake,
+    /// `pg_idgen.snowflake_database`, which the keeper is connected to.
+    database: String,
+    /// The data directory: every server process's working directory.
+    data_dir: &'static Path,
+    /// Whether the WAL-logged mark was read since recovery ended and the
+    /// generators' floors raised to it: nothing is persisted (so nothing
+    /// issued) before.
+    floors_raised: bool,
+    /// Whether the last write of the state file failed (logged once).
+    file_failing: bool,
+}
+
+impl Keeper {
+    fn step(&mut self) {
+        // SAFETY: a plain query of this process's view of recovery.
+        if unsafe { pg_sys::RecoveryInProgress() } {
+            // A standby: nothing is issued here; show the replayed mark.
+            self.floors_raised = false;
+            if let Ok(Some(mark)) = self.read() {
+                self.state.set_wal_mark(mark_unix_ms(&mark));
+            }
+            return;
+        }
+        if !self.floors_raised {
+            match self.read() {
+                Ok(mark) => {
+                    if let Some(mark) = mark {
+                        self.raise_floors(&mark);
+                    }
+                    self.floors_raised = true;
+                }
+                Err(()) => return,
+            }
+        }
+        self.persist_if_wanted();
+    }
+
+    /// The WAL-logged mark (`None`: none committed yet); a problem is
+    /// stored for the callers and the status view, and is `Err`.
+    fn read(&self) -> Result<Option<HighWater>, ()> {
+        let database = self.database.clone();
+        self.transact(move || wal_mark::read(&database))
+    }
+
+    /// Runs `body` in a transaction of its own, bounded by how long callers
+    /// wait for the keeper; any failure is stored as the mark's problem.
+    fn transact<T>(
+        &self,
+        body: impl FnOnce() -> Result<Result<T, MarkProblem>, pgrx::spi::Error>,
+    ) -> Result<T, ()> {
+        let timeout_ms = gucs::SNOWFLAKE_MAX_WAIT_MS
+            .get()
+            .max(KEEPER_TRANSACTION_MIN_MS);
+        let problem = match bgworker::in_transaction(timeout_ms, body) {
+            Ok(Ok(Ok(value))) => {
+                self.state.set_mark_problem("");
+                return Ok(value);
+            }
+            Ok(Ok(Err(problem))) => problem.to_string(),
+            Ok(Err(spi)) => spi.to_string(),
+            Err(caught) => caught.message,
+        };
+        if self.state.mark_problem().as_deref() != Some(problem.as_str()) {
+            pgrx::log!("pg_idgen snowflake keeper: {problem}");
+        }
+        self.state.set_mark_problem(&problem);
+        Err(())
+    }
+
+    /// After a start, a promotion or a restore: both generators start above
+    /// the WAL-logged mark, whatever the state file said.
+    fn raise_floors(&self, mark: &HighWater) {
+        let (main, javascript) = (&self.state.main, &self.state.javascript);
+        let (main_floor, js_floor) =
+            state_file::floors(&Saved::HighWater(*mark), main.layout(), javascript.layout());
+        if let Some(floor) = main_floor {
+            main.raise_floor(floor);
+        }
+        if let Some(floor) = js_floor {
+            javascript.raise_floor(floor);
+        }
+        self.state.set_wal_mark(mark_unix_ms(mark));
+    }
+
+    /// Commits the marks the generators want, then writes the state file,
+    /// and only then lets them issue up to the marks.
+    fn persist_if_wanted(&mut self) {
+        let state = self.state;
+        let generators = [&state.main, &state.javascript];
+        let window = i64::from(gucs::SNOWFLAKE_PERSIST_AHEAD_MS.get());
+        let now = now_unix_ms();
+        let wanted = generators.map(|g| g.mark_to_persist(now, window));
+        // A file removed under a running server is written again at once.
+        let removed = generators.iter().any(|g| g.persisted_limit() >= 0)
+            && state_file::is_missing(self.data_dir);
+        if !removed && wanted.iter().all(Option::is_none) {
+            return;
+        }
+        let limits: Vec<i64> = generators
+            .iter()
+            .zip(wanted)
+            .map(|(g, w)| w.unwrap_or(g.persisted_limit()))
+            .collect();
+        let mark = HighWater {
+            layout: *state.main.layout(),
+            main: state_file::high_water_id(state.main.layout(), limits[0]),
+            javascript: state_file::high_water_id(state.javascript.layout(), limits[1]),
+        };
+        let database = self.database.clone();
+        let Ok(committed) = self.transact(move || wal_mark::commit(&database, &mark)) else {
+            return;
+        };
+        state.set_wal_mark(mark_unix_ms(&committed));
+        match state_file::write_durably(self.data_dir, &state_file::render(&mark)) {
+            Ok(()) => {
+                for (g, limit) in generators.iter().zip(&limits) {
+                    g.persisted(*limit);
+                }
+                state.keeper_wrote(0);
+                self.file_failing = false;
+            }
+            Err(e) => {
+                state.keeper_wrote(e.raw_os_error().unwrap_or(libc::EIO));
+                if !self.file_failing {
+                    self.file_failing = true;
+                    IdgenError::StateFileWriteFailed {
+                        problem: e.to_string(),
+                    }
+                    .warn();
+                }
+            }
+        }
+    }
+}
+
+/// The time (Unix ms) no ID under `mark` is above, for the status view.
+fn mark_unix_ms(mark: &HighWater) -> i64 {
+    let javascript = Layout::javascript_safe(mark.layout.epoch_ms);
+    [(&mark.layout, mark.main), (&javascript, mark.javascript)]
+        .into_iter()
+        .filter_map(|(layout, high)| {
+            state_file::floor_for(layout, high).map(|t| layout.epoch_ms + t)
+        })
+        .max()
+        .unwrap_or(-1)
 }

@@ -17,6 +17,7 @@
 //! * `clock`: the wall and monotonic clocks, and ms as `timestamptz`.
 //! * `shared`: the state in shared memory and `next_id`.
 //! * `keeper`: the worker that persists the high-water mark.
+//! * `wal_mark`: the mark's row in `snowflake_high_water`, in the WAL.
 //! * `lease_keeper`: the worker that claims and renews this server's lease
 //!   through postgres_fdw and tells the generators.
 //! * `sql`, `status`: the SQL functions and the status view.
@@ -32,3 +33,4 @@ pub mod shared;
 pub mod sql;
 pub mod state_file;
 pub mod status;
+pub mod wal_mark;

@@ -177,6 +177,13 @@ pub struct Snowflake {
     keeper_pid: AtomicI32,
     /// The OS error of the keeper's last write, 0 when it succeeded.
     write_errno: AtomicI32,
+    /// Why the keeper cannot read or commit the WAL-logged mark in
+    /// `pg_idgen.snowflake_database` ("" when it can): callers that wait
+    /// for it are told this.
+    mark_problem: SharedText,
+    /// The mark committed in `snowflake_high_water` as the keeper last read
+    /// or wrote it (Unix ms; -1: none). On a standby: the replayed one.
+    wal_mark_unix_ms: AtomicI64,
     /// With `pg_idgen.machine_id = 'lease'`: what the lease keeper holds.
     pub lease: LeaseShared,
 }
@@ -301,6 +308,8 @@ pub unsafe fn attach(base: *mut u8, found: bool) {
                     keeper_latch: AtomicPtr::new(null_mut()),
                     keeper_pid: AtomicI32::new(0),
                     write_errno: AtomicI32::new(0),
+                    mark_problem: SharedText::new(),
+                    wal_mark_unix_ms: AtomicI64::new(-1),
                     lease: LeaseShared::new(),
                 },
             )
@@ -349,6 +358,30 @@ impl Snowflake {
     /// error it met, or 0.
     pub(super) fn keeper_wrote(&self, errno: i32) {
         self.write_errno.store(errno, Ordering::Release);
+    }
+
+    /// Called by the keeper: why it cannot read or commit the WAL-logged
+    /// mark ("" once it can again).
+    pub(super) fn set_mark_problem(&self, problem: &str) {
+        if self.mark_problem.get() != problem {
+            self.mark_problem.set(problem);
+        }
+    }
+
+    /// Why the WAL-logged mark cannot be read or committed, if so.
+    pub fn mark_problem(&self) -> Option<String> {
+        Some(self.mark_problem.get()).filter(|p| !p.is_empty())
+    }
+
+    /// Called by the keeper after reading or committing the WAL-logged
+    /// mark (Unix ms).
+    pub(super) fn set_wal_mark(&self, unix_ms: i64) {
+        self.wal_mark_unix_ms.store(unix_ms, Ordering::Release);
+    }
+
+    /// The WAL-logged mark (Unix ms) as the keeper last read or wrote it.
+    pub fn wal_mark_unix_ms(&self) -> Option<i64> {
+        Some(self.wal_mark_unix_ms.load(Ordering::Acquire)).filter(|&m| m >= 0)
     }
 
     /// The keeper's pid, if it is running.
@@ -424,12 +457,17 @@ impl Snowflake {
                     let errno = self.write_errno.load(Ordering::Acquire);
                     // A keeper write is normal operation: it gets at least
                     // KEEPER_WAIT_MIN_MS, unless it is known not to come.
-                    let limit = if running && errno == 0 {
-                        max_wait.max(KEEPER_WAIT_MIN_MS)
-                    } else {
-                        max_wait
+                    // A keeper that cannot log the mark says why: a call waits
+                    // a keeper start's worth for it to recover, not longer.
+                    let limit = match (running, errno, self.mark_problem()) {
+                        (_, _, Some(_)) => KEEPER_WAIT_MIN_MS,
+                        (true, 0, None) => max_wait.max(KEEPER_WAIT_MIN_MS),
+                        _ => max_wait,
                     };
                     if waited_ms >= limit {
+                        if let Some(problem) = self.mark_problem() {
+                            IdgenError::SnowflakeMarkNotLogged { problem, waited_ms }.raise()
+                        }
                         match (running, errno) {
                             (false, _) => {
                                 IdgenError::SnowflakeKeeperNotRunning { waited_ms }.raise()

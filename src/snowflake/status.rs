@@ -33,6 +33,8 @@ fn snowflake_status_rows() -> TableIterator<
         name!(lease_until, Option<TimestampWithTimeZone>),
         name!(lease_server, Option<String>),
         name!(lease_problem, Option<String>),
+        name!(wal_mark, Option<TimestampWithTimeZone>),
+        name!(wal_mark_problem, Option<String>),
     ),
 > {
     let state = snowflake_or_raise();
@@ -42,6 +44,8 @@ fn snowflake_status_rows() -> TableIterator<
     let leased = state.main.leased();
     let lease_machine = lease.machine.load(Ordering::Acquire);
     let lease_until = lease.until_unix_ms.load(Ordering::Acquire);
+    let wal_mark = state.wal_mark_unix_ms();
+    let wal_mark_problem = state.mark_problem();
     let row = |name: &str, g: &Generator| {
         let layout = g.layout();
         let issued = g.stats.issued.load(Ordering::Relaxed) as i64;
@@ -67,6 +71,8 @@ fn snowflake_status_rows() -> TableIterator<
             (leased && lease_machine >= 0 && lease_until > 0).then(|| to_timestamptz(lease_until)),
             leased.then(|| lease.source.get()).filter(|s| !s.is_empty()),
             if leased { lease.last_problem() } else { None },
+            wal_mark.map(to_timestamptz),
+            wal_mark_problem.clone(),
         )
     };
     let mut rows = vec![row("default", &state.main)];

@@ -430,6 +430,8 @@ def main():
     os.chmod(workdir, 0o777)
     try:
         cluster.start()
+        # pg_idgen.snowflake_database: where the snowflake mark is WAL-logged.
+        cluster.sql("CREATE EXTENSION pg_idgen")
         central.start()
         cluster.sql("CREATE DATABASE bench")
         setup = ["CREATE EXTENSION pg_idgen", "CREATE EXTENSION idgen_floor",

@@ -250,6 +250,8 @@ def main():
                       name="pg_idgen-bench-bulk.")
     try:
         cluster.start()
+        # pg_idgen.snowflake_database: where the snowflake mark is WAL-logged.
+        cluster.sql("CREATE EXTENSION pg_idgen")
         cluster.sql("CREATE DATABASE bench")
         setup = ["CREATE EXTENSION pg_idgen", "CREATE SEQUENCE client_seq"]
         for tag in ("bulk", "client_one", "client_batch", "client_pool"):

@@ -15,6 +15,8 @@ def cluster():
     """One shared cluster; tests isolate themselves in their own database."""
     c = Cluster()
     c.start()
+    # pg_idgen.snowflake_database: where the snowflake mark is WAL-logged.
+    c.sql("CREATE EXTENSION pg_idgen")
     yield c
     c.destroy()
 

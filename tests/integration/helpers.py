@@ -1,6 +1,6 @@
 """Plain helpers shared by the integration tests, each defined once here:
 ID checks, waiting, threads, sessions, drawing IDs, queries on the
-allocator's state, finding server processes, and libfaketime.
+allocator's state, finding server processes, libfaketime and standbys.
 
 The other test support lives beside it:
 - conftest.py: pytest fixtures (throwaway clusters from tests/lib/cluster.py,
@@ -11,6 +11,8 @@ The other test support lives beside it:
 import contextlib
 import glob
 import os
+import shutil
+import subprocess
 import threading
 import time
 
@@ -245,3 +247,32 @@ def faketime_env(offset_seconds):
     (environment for Cluster.start/restart's extra_env)."""
     assert LIBFAKETIME, "faketime is not installed (tests/setup.sh installs it)"
     return {"LD_PRELOAD": LIBFAKETIME, "FAKETIME": f"{offset_seconds:+d}", "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
+
+
+# ---------------------------------------------------------------------------
+# Standbys.
+
+def standby_of(primary, make_cluster, conf=(), env=None):
+    """A hot standby of `primary` (pg_basebackup -R, streaming), started
+    on a socket of its own; `env` for its server (e.g. faketime_env)."""
+    standby = make_cluster(conf=conf)
+    shutil.rmtree(standby.data)
+    primary.client("pg_basebackup", "-D", standby.data, "-R", "-X", "stream")
+    subprocess.run(["chown", "-R", "postgres:postgres", standby.data], check=True)
+    standby.append_conf(f"unix_socket_directories = '{standby.dir}'", "hot_standby = on")
+    standby.start(extra_env=env)
+    return standby
+
+
+def replayed(primary, standby, timeout=60):
+    """Waits until `standby` has replayed all the WAL `primary` flushed."""
+    (lsn,), = primary.sql("SELECT pg_current_wal_flush_lsn()")
+    return wait_for(lambda: standby.sql("SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", (lsn,))
+                    == [(True,)], timeout=timeout)
+
+
+def promote(server):
+    """pg_ctl promote, and waits until the server has left recovery."""
+    subprocess.run(["runuser", "-u", "postgres", "--", f"{server.pg_bin}/pg_ctl", "-D", server.data,
+                    "-w", "-t", "60", "promote"], check=True, capture_output=True)
+    assert wait_for(lambda: server.sql("SELECT pg_is_in_recovery()") == [(False,)], timeout=60)

@@ -44,6 +44,8 @@ def start_leased(server, central, env=None):
     """Starts the server and gives it the foreign table its lease keeper
     looks for (it retries until the table is there)."""
     server.start(extra_env=env)
+    # pg_idgen.snowflake_database (postgres): where the mark is WAL-logged.
+    server.sql("CREATE EXTENSION IF NOT EXISTS pg_idgen")
     if not server.sql("SELECT 1 FROM pg_class WHERE relname = 'idgen_machine_lease'"):
         for statement in [
             "CREATE EXTENSION postgres_fdw",

@@ -51,6 +51,8 @@ def central_and_shards(make_cluster, shards=2, step=10, conf=SHARD_CONF):
     for i in range(shards):
         shard = make_cluster(conf=(*conf, f"pg_idgen.machine_id = {i + 1}"))
         shard.start()
+        # pg_idgen.snowflake_database (postgres): where the mark is WAL-logged.
+        shard.sql("CREATE EXTENSION pg_idgen")
         db = shard.new_database()
         attach(shard, db, central, central_db)
         made.append((shard, db))

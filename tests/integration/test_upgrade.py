@@ -1,14 +1,16 @@
-"""Updating in place from release 0.1.0, on the real 0.1.0 library.
+"""Updating in place from releases 0.1.0 and 0.2.0, on their real libraries.
 
-The fixture builds tag v0.1.0 (commit 8c4bf95) from this repository's
-history for the PostgreSQL under test, with the same target directory as the
-suite so that it reuses the compiled dependencies (about 30 s). A test then
-starts a server on that library, creates the extension at 0.1.0 and draws
-IDs; puts the current library in place the way a package manager does (a new
-file renamed over the old one: a running server keeps the file it mapped);
-restarts; draws with the old SQL; runs ALTER EXTENSION pg_idgen UPDATE and
-draws again. Nothing may repeat. A pg_dump taken under 0.1.0 restores under
-0.2.0 and continues above every ID drawn before.
+The fixtures build 0.1.0 (commit 8c4bf95) and 0.2.0 (commit 0a85b84) from
+this repository's history for the PostgreSQL under test, with the same
+target directory as the suite so that they reuse the compiled dependencies
+(about 30 s each). A test then starts a server on an old library, creates
+the extension at its version and draws IDs; puts the current library in
+place the way a package manager does (a new file renamed over the old one:
+a running server keeps the file it mapped); restarts; draws with the old
+SQL; runs ALTER EXTENSION pg_idgen UPDATE (0.1.0 -> 0.2.0 -> 0.3.0) and
+draws again. Nothing may repeat — also after a crash and a failover to a
+standby on the updated 0.2.0 server. A pg_dump taken under 0.1.0 restores
+under the current version and continues above every ID drawn before.
 
 0.1.0 declared only the pg15 feature; for 16-18 the fixture adds the
 matching feature line to the unpacked Cargo.toml (the source is unchanged,
@@ -23,13 +25,15 @@ import tempfile
 import pytest
 
 from cluster import PG_BIN
-from helpers import REPO, assert_increasing, assert_unique, draw_plain, draw_snowflakes
+from helpers import REPO, assert_increasing, assert_unique, draw_plain, draw_snowflakes, promote, replayed, standby_of
 
-RELEASE_0_1_0 = "8c4bf95"
-CRATE = "pg_idgen_release_0_1_0"
+# Releases by commit (tags do not travel with the branch).
+RELEASES = {"0.1.0": "8c4bf95", "0.2.0": "0a85b84"}
+CURRENT = "0.3.0"
 PG_CONFIG = os.path.join(PG_BIN, "pg_config")
-# A setting 0.2.0 registers and 0.1.0 does not: tells which library runs.
-NEW_SETTING = "pg_idgen.allow_max_id_decrease"
+# Settings that tell which library runs: one 0.2.0 registers and 0.1.0 does
+# not, one 0.3.0 registers and 0.2.0 does not.
+SETTING_SINCE = {"0.2.0": "pg_idgen.allow_max_id_decrease", CURRENT: "pg_idgen.snowflake_database"}
 
 
 def pg_config(flag):
@@ -37,14 +41,16 @@ def pg_config(flag):
                           text=True).stdout.strip()
 
 
-def build_release_0_1_0(out_dir):
-    """Builds the 0.1.0 library and install script; returns their paths."""
+def build_release(version, out_dir):
+    """Builds a release's library and install script; returns their paths."""
+    commit = RELEASES[version]
+    crate = "pg_idgen_release_" + version.replace(".", "_")
     major = re.search(r"(\d+)", pg_config("--version")).group(1)
     src = os.path.join(out_dir, "src")
     os.makedirs(src)
-    archive = subprocess.run(["git", "-C", REPO, "archive", RELEASE_0_1_0], capture_output=True)
+    archive = subprocess.run(["git", "-C", REPO, "archive", commit], capture_output=True)
     assert archive.returncode == 0, (
-        f"the upgrade test builds release 0.1.0 from commit {RELEASE_0_1_0} (tag v0.1.0) and "
+        f"the upgrade test builds release {version} from commit {commit} and "
         f"this checkout lacks it: clone the repository with its history (no --depth)\n"
         f"{archive.stderr.decode(errors='replace')}")
     archive = archive.stdout
@@ -54,10 +60,10 @@ def build_release_0_1_0(out_dir):
     # must not overwrite each other's target/debug/libpg_idgen.so. The
     # library's file name does not matter (it is copied to pg_idgen.so);
     # its SQL names MODULE_PATHNAME, which pg_idgen.control resolves.
-    os.rename(os.path.join(src, "pg_idgen.control"), os.path.join(src, f"{CRATE}.control"))
+    os.rename(os.path.join(src, "pg_idgen.control"), os.path.join(src, f"{crate}.control"))
     cargo_toml = os.path.join(src, "Cargo.toml")
     with open(cargo_toml) as f:
-        manifest = f.read().replace('name = "pg_idgen"', f'name = "{CRATE}"', 1)
+        manifest = f.read().replace('name = "pg_idgen"', f'name = "{crate}"', 1)
     if not re.search(rf"^pg{major} = ", manifest, re.M):
         manifest = manifest.replace(
             "pg_test = []", f'pg{major} = ["pgrx/pg{major}", "pgrx-tests/pg{major}"]\npg_test = []')
@@ -70,17 +76,17 @@ def build_release_0_1_0(out_dir):
         ["cargo", "pgrx", "package", "--debug", "--no-default-features", "--features",
          f"pg{major}", "--pg-config", PG_CONFIG, "--out-dir", pkg],
         cwd=src, env=env, capture_output=True, text=True)
-    assert built.returncode == 0, f"building 0.1.0 failed:\n{built.stderr[-4000:]}"
+    assert built.returncode == 0, f"building {version} failed:\n{built.stderr[-4000:]}"
     found = {}
     for root, _, files in os.walk(pkg):
         for name in files:
             found[name] = os.path.join(root, name)
-    return found[f"{CRATE}.so"], found[f"{CRATE}--0.1.0.sql"]
+    return found[f"{crate}.so"], found[f"{crate}--{version}.sql"]
 
 
 class Libraries:
-    """Puts the 0.1.0 or the current library at $libdir/pg_idgen.so, each
-    time by renaming a complete copy over it (never writing in place)."""
+    """Puts an old release's or the current library at $libdir/pg_idgen.so,
+    each time by renaming a complete copy over it (never writing in place)."""
 
     def __init__(self, old_library, work):
         self.installed = os.path.join(pg_config("--pkglibdir"), "pg_idgen.so")
@@ -100,13 +106,12 @@ class Libraries:
         self._put(self.new)
 
 
-@pytest.fixture(scope="module")
-def libraries():
-    work = tempfile.mkdtemp(prefix="pg_idgen-0.1.0.")
+def release_libraries(version):
+    work = tempfile.mkdtemp(prefix=f"pg_idgen-{version}.")
     try:
-        old_library, old_script = build_release_0_1_0(work)
+        old_library, old_script = build_release(version, work)
         shutil.copy(old_script, os.path.join(pg_config("--sharedir"), "extension",
-                                             "pg_idgen--0.1.0.sql"))
+                                             f"pg_idgen--{version}.sql"))
         libs = Libraries(old_library, work)
         try:
             yield libs
@@ -116,9 +121,24 @@ def libraries():
         shutil.rmtree(work, ignore_errors=True)
 
 
-def running_library(cluster, db):
-    (setting,), = cluster.sql(f"SELECT current_setting('{NEW_SETTING}', true)", dbname=db)
-    return "0.1.0" if setting is None else "current"
+@pytest.fixture(scope="module")
+def libraries():
+    yield from release_libraries("0.1.0")
+
+
+@pytest.fixture(scope="module")
+def libraries_0_2_0():
+    yield from release_libraries("0.2.0")
+
+
+def running_library(cluster, db="postgres"):
+    """Which library the server runs: "0.1.0", "0.2.0" or "current"."""
+    version = "0.1.0"
+    for since, setting in SETTING_SINCE.items():
+        (value,), = cluster.sql(f"SELECT current_setting('{setting}', true)", dbname=db)
+        if value is not None:
+            version = since
+    return "current" if version == CURRENT else version
 
 
 def extversion(cluster, db):
@@ -144,20 +164,31 @@ def test_a_0_1_0_database_updates_in_place_and_repeats_nothing(make_cluster, lib
     assert running_library(c, db) == "current"
     assert extversion(c, db) == [("0.1.0",)]
     ids += draw_plain(c, db, "orders", 500)
+    # Snowflake IDs wait for the WAL-logged mark, which needs pg_idgen in
+    # pg_idgen.snowflake_database (postgres): the error names the command.
+    with pytest.raises(Exception) as refused:
+        draw_snowflakes(c, 1, dbname=db)
+    assert getattr(refused.value, "sqlstate", None) == "55000"
+    assert "CREATE EXTENSION pg_idgen" in str(refused.value)
+    c.sql("CREATE EXTENSION pg_idgen")
+    flakes += draw_snowflakes(c, 200, dbname=db)
+    c.sql("ALTER EXTENSION pg_idgen UPDATE TO '0.2.0'", dbname=db)
+    assert extversion(c, db) == [("0.2.0",)]
+    ids += draw_plain(c, db, "orders", 500)
     flakes += draw_snowflakes(c, 200, dbname=db)
     c.sql("ALTER EXTENSION pg_idgen UPDATE", dbname=db)
-    assert extversion(c, db) == [("0.2.0",)]
+    assert extversion(c, db) == [(CURRENT,)]
     # What 0.2.0 added is there: max_id can no longer move back.
     with pytest.raises(Exception) as refused:
         c.sql("UPDATE id_segment SET max_id = 0 WHERE biz_tag = 'orders'", dbname=db)
     assert getattr(refused.value, "sqlstate", None) == "23514"
     ids += draw_plain(c, db, "orders", 500)
     flakes += draw_snowflakes(c, 200, dbname=db)
-    assert len(ids) == 1500
+    assert len(ids) == 2000
     assert_unique(ids)
     assert_unique(flakes)
     assert_increasing(flakes)
-    # The updated database has exactly what a fresh 0.2.0 one has.
+    # The updated database has exactly what a fresh one has.
     fresh = c.new_database()
     objects = ("SELECT pg_describe_object(classid, objid, 0) FROM pg_depend "
                "WHERE refobjid = (SELECT oid FROM pg_extension WHERE extname = 'pg_idgen') "
@@ -178,8 +209,8 @@ def test_a_0_1_0_database_updates_in_place_and_repeats_nothing(make_cluster, lib
     assert c.sql(triggers, dbname=db) == c.sql(triggers, dbname=fresh)
 
 
-def test_a_dump_taken_under_0_1_0_restores_under_0_2_0_above_every_id(make_cluster, libraries,
-                                                                      tmp_path):
+def test_a_dump_taken_under_0_1_0_restores_under_the_current_version_above_every_id(
+        make_cluster, libraries, tmp_path):
     libraries.use_old()
     c = make_cluster()
     c.start()
@@ -198,10 +229,80 @@ def test_a_dump_taken_under_0_1_0_restores_under_0_2_0_above_every_id(make_clust
     assert running_library(c, db) == "current"
     restored = c.new_database(extension=False)
     c.client("psql", "-v", "ON_ERROR_STOP=1", "-q", "-d", restored, "-f", str(dump))
-    assert extversion(c, restored) == [("0.2.0",)]
+    assert extversion(c, restored) == [(CURRENT,)]
     (top,), = c.sql("SELECT max(id) FROM orders", dbname=db)
     after = [r[0] for r in c.sql(
         "INSERT INTO orders (v) SELECT g FROM generate_series(1, 500) g RETURNING id",
         dbname=restored)]
     assert min(after) > max(before + [top])
     assert_unique(after)
+
+
+# Narrow sequence bits make bursts put snowflake time well ahead of the
+# clock (16 IDs per ms), as in test_failover.py.
+NARROW = [
+    "pg_idgen.machine_id = 7",
+    "pg_idgen.snowflake_time_bits = 47",
+    "pg_idgen.snowflake_machine_bits = 12",
+    "pg_idgen.snowflake_sequence_bits = 4",
+    "pg_idgen.snowflake_max_lead = '5min'",
+    "wal_level = replica",
+]
+
+
+def burst(server, kind):
+    with server.connect() as conn:
+        conn.execute(f"INSERT INTO events SELECT snowflake_nextval(), '{kind}' FROM generate_series(1, 200000)")
+        conn.execute("INSERT INTO orders SELECT FROM generate_series(1, 20000)")
+
+
+def test_a_0_2_0_server_updates_in_place_then_crashes_and_fails_over_repeating_nothing(
+        make_cluster, libraries_0_2_0):
+    libraries_0_2_0.use_old()
+    primary = make_cluster(conf=NARROW)
+    primary.start()
+    libraries_0_2_0.use_new()  # the package manager runs while 0.2.0 serves
+    assert running_library(primary) == "0.2.0"
+    primary.sql("CREATE EXTENSION pg_idgen VERSION '0.2.0'")
+    primary.sql("CREATE TABLE events (id bigint PRIMARY KEY, kind text NOT NULL)")
+    primary.sql("SELECT segment_create('orders', step => 100)")
+    primary.sql("CREATE TABLE orders (id bigint PRIMARY KEY DEFAULT segment_nextval('orders'))")
+    burst(primary, "0.2.0")
+    # A crash on 0.2.0 (its state file is all that records the mark), and
+    # the new library at the restart.
+    primary.stop("immediate")
+    primary.start()
+    assert running_library(primary) == "current"
+    assert extversion(primary, "postgres") == [("0.2.0",)]
+    old_events = [r[0] for r in primary.sql("SELECT id FROM events")]
+    old_orders = [r[0] for r in primary.sql("SELECT id FROM orders")]
+    # Segment IDs go on with the old SQL; snowflake IDs wait for the update,
+    # and the error says which command to run.
+    primary.sql("INSERT INTO orders SELECT FROM generate_series(1, 1000)")
+    with pytest.raises(Exception) as refused:
+        primary.sql("SELECT snowflake_nextval()")
+    assert getattr(refused.value, "sqlstate", None) == "55000"
+    assert "ALTER EXTENSION pg_idgen UPDATE" in str(refused.value)
+    primary.sql("ALTER EXTENSION pg_idgen UPDATE")
+    assert extversion(primary, "postgres") == [(CURRENT,)]
+    burst(primary, "0.3.0")
+    # Above every ID of 0.2.0: the state file it left was read.
+    new_events = [r[0] for r in primary.sql("SELECT id FROM events WHERE kind = '0.3.0'")]
+    assert min(new_events) > max(old_events)
+    # Then a standby, more bursts, a crash of the primary and a failover.
+    standby = standby_of(primary, make_cluster, conf=NARROW)
+    burst(primary, "before failover")
+    assert replayed(primary, standby)
+    primary.stop("immediate")
+    promote(standby)
+    replicated_events = [r[0] for r in standby.sql("SELECT id FROM events")]
+    replicated_orders = [r[0] for r in standby.sql("SELECT id FROM orders")]
+    burst(standby, "after failover")  # a repeat fails the primary key
+    after = [r[0] for r in standby.sql("SELECT id FROM events WHERE kind = 'after failover'")]
+    after_orders = sorted(set(r[0] for r in standby.sql("SELECT id FROM orders")) - set(replicated_orders))
+    assert min(after) > max(replicated_events)
+    assert min(after_orders) > max(replicated_orders)
+    # The standby's table holds every event (0.2.0's included): none twice.
+    assert set(old_events) <= set(replicated_events)
+    assert_unique(replicated_events + after)
+    assert max(old_orders) < min(after_orders)

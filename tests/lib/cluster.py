@@ -28,13 +28,13 @@ def _as_postgres(*args, env=None, check=True, **kwargs):
     )
 
 
-def _own_libpq():
+def _own_libpq(pg_bin=None):
     """The relocatable builds of PostgreSQL 16-18 (tests/setup.sh) carry
     their own libpq, but their postgres_fdw.so looks for it under the
     build's prefix (RUNPATH /opt/postgresql/lib) and so loads Debian's
     older one, which lacks what a newer postgres_fdw needs (PostgreSQL 17:
     `undefined symbol: PQcancelStart`). Point the server at its own."""
-    lib = os.path.join(os.path.dirname(PG_BIN), "lib")
+    lib = os.path.join(os.path.dirname(pg_bin or PG_BIN), "lib")
     if not os.path.exists(os.path.join(lib, "libpq.so.5")):
         return {}  # Debian's PostgreSQL uses the system's libpq
     return {"LD_LIBRARY_PATH": ":".join(filter(None, [lib, os.environ.get("LD_LIBRARY_PATH")]))}
@@ -60,14 +60,16 @@ def base_conf(directory, preload=True):
 
 
 class Cluster:
-    def __init__(self, conf=(), preload=True, name="pg_idgen-it."):
+    def __init__(self, conf=(), preload=True, name="pg_idgen-it.", pg_bin=None, initdb_args=()):
+        # Another PostgreSQL's binaries than PG_BIN (pg_upgrade's old side).
+        self.pg_bin = pg_bin or PG_BIN
         self.dir = tempfile.mkdtemp(prefix=name)
         shutil.chown(self.dir, "postgres", "postgres")
         self.data = os.path.join(self.dir, "data")
         self.env = None
         _as_postgres(
-            f"{PG_BIN}/initdb", "-D", self.data, "-U", "postgres", "--auth=trust",
-            "--no-sync", "-E", "UTF8", "--locale=C.UTF-8",
+            f"{self.pg_bin}/initdb", "-D", self.data, "-U", "postgres", "--auth=trust",
+            "--no-sync", "-E", "UTF8", "--locale=C.UTF-8", *initdb_args,
         )
         self.append_conf(*base_conf(self.dir, preload), *conf)
 
@@ -85,15 +87,15 @@ class Cluster:
 
     def start(self, extra_env=None):
         env = {k: v for k, v in os.environ.items() if not k.startswith("RUST_")}
-        env.update(_own_libpq())
+        env.update(_own_libpq(self.pg_bin))
         env.update(extra_env or {})
         _as_postgres(
-            f"{PG_BIN}/pg_ctl", "-D", self.data, "-l", self.log_path, "-w", "-t", "60", "start",
+            f"{self.pg_bin}/pg_ctl", "-D", self.data, "-l", self.log_path, "-w", "-t", "60", "start",
             env=env,
         )
 
     def stop(self, mode="fast"):
-        _as_postgres(f"{PG_BIN}/pg_ctl", "-D", self.data, "-m", mode, "-w", "-t", "60", "stop",
+        _as_postgres(f"{self.pg_bin}/pg_ctl", "-D", self.data, "-m", mode, "-w", "-t", "60", "stop",
                      check=False)
 
     def restart(self, mode="fast", extra_env=None):
@@ -119,7 +121,7 @@ class Cluster:
 
     def client(self, *args, check=True):
         """Runs a client program (pg_dump, psql, pg_basebackup) against it."""
-        return subprocess.run([f"{PG_BIN}/{args[0]}", "-h", self.dir, "-U", "postgres", *args[1:]],
+        return subprocess.run([f"{self.pg_bin}/{args[0]}", "-h", self.dir, "-U", "postgres", *args[1:]],
                               check=check, capture_output=True, text=True)
 
     def destroy(self):

@@ -10,6 +10,8 @@ dir=$(mktemp -d /tmp/pg_idgen-regress.XXXXXX)
 trap 'cluster_stop "$dir" immediate; rm -rf "$dir"' EXIT
 cluster_init "$dir" "pg_idgen.refill_timeout = '5s'"
 cluster_start "$dir"
+# pg_idgen.snowflake_database (postgres): where the snowflake mark is WAL-logged.
+cluster_psql "$dir" -q -c 'CREATE EXTENSION pg_idgen'
 
 tests=("$@")
 if ((${#tests[@]} == 0)); then

@@ -1,0 +1,178 @@
+//! The WAL-logged high-water mark: the one row of `snowflake_high_water`
+//! in `pg_idgen.snowflake_database`, which the snowflake keeper commits
+//! (synchronously, to the local WAL) before any ID up to it is issued.
+//!
+//! Why a table row: a row's commit is in the WAL, before every row that
+//! holds an ID it covers (those IDs are issued only after the commit). So
+//! any server that has replayed a row holding an ID has replayed the mark
+//! too: a promoted standby (asynchronous or synchronous), a point-in-time
+//! restore to any point, a crash recovery. `pg_upgrade` carries the table's
+//! files and `pg_dump` its row (an extension configuration table), so an
+//! upgraded or restored cluster starts above it as well. The state file
+//! (`state_file.rs`) stays beside it as a second floor that needs no
+//! database; a start takes the higher of the two.
+//!
+//! Its commit uses `synchronous_commit = local`: the WAL order is what makes
+//! a standby safe, so the keeper never waits for a synchronous standby (a
+//! user's commit that holds an ID waits for it anyway, after the mark).
+//!
+//! Runs inside the keeper's transactions (`bgworker::in_transaction`), as
+//! the bootstrap superuser, with `search_path = pg_catalog, pg_temp` and
+//! every name schema-qualified.
+
+use super::layout::Layout;
+use super::state_file::HighWater;
+use pgrx::prelude::*;
+use pgrx::spi::SpiClient;
+
+/// How long the keeper waits for a lock on the row (a session that holds
+/// it with `SELECT ... FOR UPDATE`): it retries at its next pass.
+const ROW_LOCK_WAIT_MS: i32 = 1_000;
+
+/// Why the mark cannot be read or committed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MarkProblem {
+    /// pg_idgen is not installed in the database.
+    NoExtension { database: String },
+    /// Installed, but at a version without the table (0.2.0 or older).
+    NotUpdated { database: String },
+    /// The row holds a layout no setting can give.
+    Damaged { problem: String },
+}
+
+impl std::fmt::Display for MarkProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            MarkProblem::NoExtension { database } => write!(
+                f,
+                "pg_idgen is not installed in database \"{database}\" (pg_idgen.snowflake_database): run CREATE EXTENSION pg_idgen there"
+            ),
+            MarkProblem::NotUpdated { database } => write!(
+                f,
+                "pg_idgen in database \"{database}\" (pg_idgen.snowflake_database) has no table snowflake_high_water yet: run ALTER EXTENSION pg_idgen UPDATE there"
+            ),
+            MarkProblem::Damaged { problem } => {
+                write!(f, "the row of snowflake_high_water is damaged: {problem}")
+            }
+        }
+    }
+}
+
+/// The quoted schema of the table, or why there is none.
+fn schema(
+    client: &mut SpiClient<'_>,
+    database: &str,
+) -> Result<Result<String, MarkProblem>, pgrx::spi::Error> {
+    // A SELECT, not pgrx's `update`: that assigns a transaction id, which a
+    // standby (where the keeper only reads) cannot.
+    client.select(
+        "SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true), \
+                pg_catalog.set_config('synchronous_commit', 'local', true), \
+                pg_catalog.set_config('lock_timeout', $1, true)",
+        None,
+        &[format!("{ROW_LOCK_WAIT_MS}ms").into()],
+    )?;
+    let rows = client.select(
+        "SELECT pg_catalog.quote_ident(n.nspname), \
+                EXISTS (SELECT FROM pg_catalog.pg_class c \
+                         WHERE c.relnamespace OPERATOR(pg_catalog.=) n.oid \
+                           AND c.relname OPERATOR(pg_catalog.=) 'snowflake_high_water') \
+           FROM pg_catalog.pg_extension e \
+           JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) e.extnamespace \
+          WHERE e.extname OPERATOR(pg_catalog.=) 'pg_idgen'",
+        Some(1),
+        &[],
+    )?;
+    let database = database.to_string();
+    if rows.is_empty() {
+        return Ok(Err(MarkProblem::NoExtension { database }));
+    }
+    let row = rows.first();
+    match (row.get::<String>(1)?, row.get::<bool>(2)?) {
+        (Some(schema), Some(true)) => Ok(Ok(schema)),
+        _ => Ok(Err(MarkProblem::NotUpdated { database })),
+    }
+}
+
+/// Reads the mark: `Ok(None)` when none was committed yet.
+pub fn read(database: &str) -> Result<Result<Option<HighWater>, MarkProblem>, pgrx::spi::Error> {
+    Spi::connect_mut(|client| {
+        let schema = match schema(client, database)? {
+            Ok(schema) => schema,
+            Err(problem) => return Ok(Err(problem)),
+        };
+        let rows = client.select(
+            &format!(
+                "SELECT epoch_ms, time_bits::pg_catalog.int8, machine_bits::pg_catalog.int8, \
+                        sequence_bits::pg_catalog.int8, default_high_id, javascript_high_id \
+                   FROM {schema}.snowflake_high_water"
+            ),
+            Some(1),
+            &[],
+        )?;
+        if rows.is_empty() {
+            return Ok(Ok(None));
+        }
+        let row = rows.first();
+        let field = |i: usize| row.get::<i64>(i).map(Option::unwrap_or_default);
+        let (epoch_ms, time, machine, sequence) = (field(1)?, field(2)?, field(3)?, field(4)?);
+        let (main, javascript) = (field(5)?, field(6)?);
+        let bits = |b: i64| u32::try_from(b).unwrap_or(u32::MAX);
+        let Ok(layout) = Layout::new(epoch_ms, bits(time), bits(machine), bits(sequence), 63)
+        else {
+            return Ok(Err(MarkProblem::Damaged {
+                problem: format!("layout {time}/{machine}/{sequence} does not add up to 63 bits"),
+            }));
+        };
+        Ok(Ok(Some(HighWater {
+            layout,
+            main,
+            javascript,
+        })))
+    })
+}
+
+/// Commits `mark` (never below what the row holds: each high-water ID is
+/// the greater of the two) and returns the row as committed.
+pub fn commit(
+    database: &str,
+    mark: &HighWater,
+) -> Result<Result<HighWater, MarkProblem>, pgrx::spi::Error> {
+    Spi::connect_mut(|client| {
+        let schema = match schema(client, database)? {
+            Ok(schema) => schema,
+            Err(problem) => return Ok(Err(problem)),
+        };
+        let l = &mark.layout;
+        let rows = client.update(
+            &format!(
+                "INSERT INTO {schema}.snowflake_high_water AS h \
+                        (only_row, epoch_ms, time_bits, machine_bits, sequence_bits, \
+                         default_high_id, javascript_high_id, updated_at) \
+                 VALUES (true, $1, $2, $3, $4, $5, $6, pg_catalog.now()) \
+                 ON CONFLICT (only_row) DO UPDATE SET \
+                        epoch_ms = EXCLUDED.epoch_ms, time_bits = EXCLUDED.time_bits, \
+                        machine_bits = EXCLUDED.machine_bits, sequence_bits = EXCLUDED.sequence_bits, \
+                        default_high_id = GREATEST(h.default_high_id, EXCLUDED.default_high_id), \
+                        javascript_high_id = GREATEST(h.javascript_high_id, EXCLUDED.javascript_high_id), \
+                        updated_at = EXCLUDED.updated_at \
+                 RETURNING default_high_id, javascript_high_id"
+            ),
+            None,
+            &[
+                l.epoch_ms.into(),
+                i64::from(l.time_bits).into(),
+                i64::from(l.machine_bits).into(),
+                i64::from(l.sequence_bits).into(),
+                mark.main.into(),
+                mark.javascript.into(),
+            ],
+        )?;
+        let row = rows.first();
+        Ok(Ok(HighWater {
+            layout: *l,
+            main: row.get::<i64>(1)?.unwrap_or(mark.main),
+            javascript: row.get::<i64>(2)?.unwrap_or(mark.javascript),
+        }))
+    })
+}

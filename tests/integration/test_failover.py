@@ -1,0 +1,158 @@
+"""Never twice through failover and restores: the snowflake high-water mark
+is committed in the WAL (snowflake_high_water) before any ID up to it is
+issued, so a promoted standby, a point-in-time restore and a crash recovery
+continue above every ID in their data — with segment IDs beside them.
+
+Bursts far beyond what the layout's sequence allows per millisecond (4
+sequence bits: 16 IDs per ms, so 200,000 IDs take 12.5 s of snowflake
+time, however fast the machine inserts them) make the primary's logical
+clock run well ahead of the wall clock, so that a generator that forgot
+the mark would start below IDs the replicated table already holds."""
+
+import os
+import shutil
+import subprocess
+import tempfile
+
+import psycopg
+import pytest
+
+from cluster import PG_BIN
+from helpers import assert_unique, faketime_env, promote, replayed, standby_of, wait_for
+
+NARROW = [
+    "pg_idgen.machine_id = 7",
+    "pg_idgen.snowflake_time_bits = 47",
+    "pg_idgen.snowflake_machine_bits = 12",
+    "pg_idgen.snowflake_sequence_bits = 4",
+    "pg_idgen.snowflake_max_lead = '5min'",
+    "wal_level = replica",
+]
+
+# How far ahead of the clock two bursts of 200,000 IDs put snowflake time
+# at the least: 25 s of IDs, less the seconds the inserts themselves take.
+BURST_LEAD_MS = 5_000
+
+
+def primary_with_events(make_cluster, conf=()):
+    primary = make_cluster(conf=[*NARROW, *conf])
+    primary.start()
+    primary.sql("CREATE EXTENSION pg_idgen")
+    primary.sql("CREATE TABLE events (id bigint PRIMARY KEY, kind text NOT NULL)")
+    primary.sql("SELECT segment_create('orders', step => 100)")
+    primary.sql("CREATE TABLE orders (id bigint PRIMARY KEY DEFAULT segment_nextval('orders'))")
+    return primary
+
+
+def burst(server, rows, kind):
+    """Inserts `rows` snowflake IDs in one statement (time runs ahead of the
+    clock) and a tenth as many segment IDs."""
+    with server.connect() as conn:
+        conn.execute(f"INSERT INTO events SELECT snowflake_nextval(), '{kind}' FROM generate_series(1, {rows})")
+        conn.execute(f"INSERT INTO orders SELECT FROM generate_series(1, {rows // 10})")
+
+
+def lead_ms(server):
+    rows = server.sql("SELECT lead_ms FROM snowflake_status WHERE generator = 'default'")
+    return rows[0][0] or 0
+
+
+def ids(server, table):
+    return [r[0] for r in server.sql(f"SELECT id FROM {table} ORDER BY id")]
+
+
+def check_continues_above(server, snowflakes_before, orders_before):
+    """New IDs on `server` never equal or fall below what its data holds."""
+    with server.connect() as conn:
+        # The primary key is the first judge: a repeat fails the INSERT.
+        conn.execute("INSERT INTO events SELECT snowflake_nextval(), 'after' FROM generate_series(1, 50000)")
+        conn.execute("INSERT INTO orders SELECT FROM generate_series(1, 2000)")
+    new_events = [r[0] for r in server.sql("SELECT id FROM events WHERE kind = 'after'")]
+    new_orders = sorted(set(ids(server, "orders")) - set(orders_before))
+    assert len(new_events) == 50000 and len(new_orders) == 2000
+    assert_unique(snowflakes_before + new_events)
+    assert min(new_events) > max(snowflakes_before), "a snowflake ID below the replicated maximum"
+    assert min(new_orders) > max(orders_before), "a segment ID below the replicated maximum"
+
+
+@pytest.mark.parametrize("standby_clock", ["right", "3 s behind"])
+def test_a_promoted_standby_continues_above_every_replicated_id(make_cluster, standby_clock):
+    primary = primary_with_events(make_cluster)
+    env = faketime_env(-3) if standby_clock != "right" else None
+    standby = standby_of(primary, make_cluster, conf=NARROW, env=env)
+    for round_ in range(2):
+        burst(primary, 200_000, f"burst{round_}")
+    assert lead_ms(primary) > BURST_LEAD_MS, "the bursts did not put time ahead of the clock"
+    assert replayed(primary, standby)
+    # The standby shows the replayed mark (above every replicated ID), and
+    # still refuses to issue.
+    top = primary.sql("SELECT max(id) FROM events")[0][0]
+    assert wait_for(lambda: standby.sql(
+        "SELECT wal_mark >= (SELECT ts FROM snowflake_parse(%s)) FROM snowflake_status"
+        " WHERE generator = 'default'", (top,)) == [(True,)], timeout=30)
+    with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
+        standby.sql("SELECT snowflake_nextval()")
+    primary.stop("immediate")
+    snowflakes_before, orders_before = ids(standby, "events"), ids(standby, "orders")
+    assert len(snowflakes_before) == 400_000
+    promote(standby)
+    check_continues_above(standby, snowflakes_before, orders_before)
+
+
+def test_a_restart_after_the_state_file_is_lost_continues_above_the_wal_mark(make_cluster):
+    """A crash, and the state file removed: the mark comes back from the
+    WAL (crash recovery replays the table's row), not from the clock."""
+    primary = primary_with_events(make_cluster)
+    for round_ in range(2):
+        burst(primary, 200_000, f"burst{round_}")
+    assert lead_ms(primary) > BURST_LEAD_MS
+    primary.stop("immediate")
+    os.remove(os.path.join(primary.data, "pg_idgen_snowflake.state"))
+    primary.start()
+    snowflakes_before, orders_before = ids(primary, "events"), ids(primary, "orders")
+    check_continues_above(primary, snowflakes_before, orders_before)
+
+
+def test_a_point_in_time_restore_continues_above_every_id_it_holds(make_cluster):
+    """A base backup, WAL archived to a local folder, bursts on both sides
+    of a restore point; restored to the point and to the end, each copy
+    continues above every ID it holds."""
+    wal_archive = tempfile.mkdtemp(prefix="pg_idgen-archive.")
+    shutil.chown(wal_archive, "postgres", "postgres")
+    try:
+        primary = primary_with_events(make_cluster, conf=[
+            "archive_mode = on", f"archive_command = 'cp %p {wal_archive}/%f'"])
+        backup = tempfile.mkdtemp(prefix="pg_idgen-backup.")
+        shutil.chown(backup, "postgres", "postgres")
+        subprocess.run(["runuser", "-u", "postgres", "--", f"{PG_BIN}/pg_basebackup", "-h", primary.dir,
+                        "-U", "postgres", "-D", os.path.join(backup, "data"), "-X", "stream"],
+                       check=True, capture_output=True)
+        burst(primary, 200_000, "before")
+        primary.sql("SELECT pg_create_restore_point('middle')")
+        burst(primary, 200_000, "after_point")
+        assert lead_ms(primary) > BURST_LEAD_MS
+        last = primary.sql("SELECT pg_walfile_name(pg_switch_wal())")[0][0]
+        assert wait_for(lambda: primary.sql(
+            "SELECT last_archived_wal >= %s FROM pg_stat_archiver", (last,)) == [(True,)], timeout=60)
+        primary.stop("immediate")
+        for target, kinds in [("middle", {"before"}), (None, {"before", "after_point"})]:
+            restored = make_cluster(conf=NARROW)
+            shutil.rmtree(restored.data)
+            shutil.copytree(os.path.join(backup, "data"), restored.data, symlinks=True)
+            subprocess.run(["chown", "-R", "postgres:postgres", restored.data], check=True)
+            lines = [f"unix_socket_directories = '{restored.dir}'", "archive_mode = off",
+                     f"restore_command = 'cp {wal_archive}/%f %p'", "recovery_target_action = 'promote'"]
+            if target:
+                lines.append(f"recovery_target_name = '{target}'")
+            restored.append_conf(*lines)
+            signal = os.path.join(restored.data, "recovery.signal")
+            open(signal, "w").close()
+            shutil.chown(signal, "postgres", "postgres")
+            restored.start()
+            assert wait_for(lambda: restored.sql("SELECT pg_is_in_recovery()") == [(False,)], timeout=120)
+            assert {r[0] for r in restored.sql("SELECT DISTINCT kind FROM events")} == kinds
+            check_continues_above(restored, ids(restored, "events"), ids(restored, "orders"))
+            restored.destroy()
+        shutil.rmtree(backup, ignore_errors=True)
+    finally:
+        shutil.rmtree(wal_archive, ignore_errors=True)
