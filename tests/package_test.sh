@@ -101,7 +101,7 @@ test_tarball() {
     check "the server's own paths find them: $("$tree/bin/pg_config" --pkglibdir)/pg_idgen.so" \
         test -f "$("$tree/bin/pg_config" --pkglibdir)/pg_idgen.so"
     for f in "share/extension/pg_idgen.control" "share/extension/pg_idgen--$version.sql" \
-             "share/extension/pg_idgen--0.1.0--0.2.0.sql"; do
+             "share/extension/pg_idgen--0.1.0--0.2.0.sql" "share/extension/pg_idgen--0.2.0--0.3.0.sql"; do
         check "$f is in it" test -f "$tree/$f"
     done
     check "the library is a release build (no failpoints)" \
@@ -166,7 +166,7 @@ test_deb() {
         test "$(dpkg-query -W -f='${db:Status-Status} ${Version}' "$PKG" 2>/dev/null)" = "installed $version"
     mapfile -t files < <(dpkg -L "$PKG" 2>/dev/null | while read -r f; do [[ -f $f ]] && echo "$f"; done)
     for f in "$libdir/pg_idgen.so" "$extdir/pg_idgen.control" "$extdir/pg_idgen--$version.sql" \
-             "$extdir/pg_idgen--0.1.0--0.2.0.sql"; do
+             "$extdir/pg_idgen--0.1.0--0.2.0.sql" "$extdir/pg_idgen--0.2.0--0.3.0.sql"; do
         check "$f is installed and owned by $PKG" \
             bash -c '[[ -f $1 ]] && dpkg -S "$1" 2>/dev/null | grep -q "^$2:"' _ "$f" "$PKG"
     done

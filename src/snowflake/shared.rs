@@ -22,7 +22,9 @@
 //! no restart — after a crash, with the clock set back, with other settings
 //! — repeats an ID of an earlier run. Only a missing file is a first start:
 //! a file that cannot be read or parsed stops the server start, naming the
-//! file and the recovery.
+//! file and the recovery. The keeper then raises both floors to the
+//! WAL-logged mark (`wal_mark.rs`) before anything is issued, which is what
+//! carries the mark to standbys, restores and pg_upgrade.
 
 use super::clock::{now_unix_ms, to_timestamptz, SystemClock};
 use super::config::config;

@@ -276,3 +276,19 @@ def promote(server):
     subprocess.run(["runuser", "-u", "postgres", "--", f"{server.pg_bin}/pg_ctl", "-D", server.data,
                     "-w", "-t", "60", "promote"], check=True, capture_output=True)
     assert wait_for(lambda: server.sql("SELECT pg_is_in_recovery()") == [(False,)], timeout=60)
+
+
+# ---------------------------------------------------------------------------
+# Snowflake time far ahead of the clock.
+
+# A layout of 16 IDs per ms (4 sequence bits), so that a burst of 200,000
+# IDs is 12.5 s of snowflake time however fast the machine inserts them: a
+# generator that forgot its high-water mark would then start below IDs
+# already issued. Lead up to 5 minutes is allowed.
+BURST_LAYOUT = (
+    "pg_idgen.machine_id = 7",
+    "pg_idgen.snowflake_time_bits = 47",
+    "pg_idgen.snowflake_machine_bits = 12",
+    "pg_idgen.snowflake_sequence_bits = 4",
+    "pg_idgen.snowflake_max_lead = '5min'",
+)

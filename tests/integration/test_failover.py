@@ -18,16 +18,9 @@ import psycopg
 import pytest
 
 from cluster import PG_BIN
-from helpers import assert_unique, faketime_env, promote, replayed, standby_of, wait_for
+from helpers import BURST_LAYOUT, assert_unique, faketime_env, promote, replayed, standby_of, wait_for
 
-NARROW = [
-    "pg_idgen.machine_id = 7",
-    "pg_idgen.snowflake_time_bits = 47",
-    "pg_idgen.snowflake_machine_bits = 12",
-    "pg_idgen.snowflake_sequence_bits = 4",
-    "pg_idgen.snowflake_max_lead = '5min'",
-    "wal_level = replica",
-]
+NARROW = [*BURST_LAYOUT, "wal_level = replica"]
 
 # How far ahead of the clock two bursts of 200,000 IDs put snowflake time
 # at the least: 25 s of IDs, less the seconds the inserts themselves take.

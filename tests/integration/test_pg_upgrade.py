@@ -15,20 +15,12 @@ import tempfile
 import pytest
 
 from cluster import PG_BIN
-from helpers import assert_unique
+from helpers import BURST_LAYOUT, assert_unique
 
 OLD_BIN = os.environ.get("PG_IDGEN_UPGRADE_FROM")
 
-# 4 sequence bits: 300,000 IDs are about 19 s of snowflake time, well ahead
-# of the clock however fast the machine inserts them (as in
-# test_failover.py).
-NARROW = [
-    "pg_idgen.machine_id = 7",
-    "pg_idgen.snowflake_time_bits = 47",
-    "pg_idgen.snowflake_machine_bits = 12",
-    "pg_idgen.snowflake_sequence_bits = 4",
-    "pg_idgen.snowflake_max_lead = '5min'",
-]
+# Bursts put snowflake time well ahead of the clock (helpers.BURST_LAYOUT).
+NARROW = BURST_LAYOUT
 
 
 @pytest.mark.skipif(not OLD_BIN, reason="PG_IDGEN_UPGRADE_FROM names no older PostgreSQL")

@@ -223,7 +223,12 @@ def test_a_shard_crashing_after_the_central_commit_before_publishing_leaves_only
     central, central_db, [(shard, db)] = central_and_shards(make_cluster, shards=1)
     before, drained = draw_plain(shard, db, "orders", 3000), []
     drawer = threading.Thread(target=_drain, args=(shard, db, drained), daemon=True)
-    with paused(shard, "worker-before-publish", trigger=drawer.start):
+
+    def start_drawer():  # paused() pokes until the worker gets there
+        if drawer.ident is None:
+            drawer.start()
+
+    with paused(shard, "worker-before-publish", trigger=start_drawer):
         committed = central_max_id(central, central_db)
         shard.stop("immediate")
     shard.start()

@@ -25,7 +25,7 @@ import tempfile
 import pytest
 
 from cluster import PG_BIN
-from helpers import REPO, assert_increasing, assert_unique, draw_plain, draw_snowflakes, promote, replayed, standby_of
+from helpers import BURST_LAYOUT, REPO, assert_increasing, assert_unique, draw_plain, draw_snowflakes, promote, replayed, standby_of
 
 # Releases by commit (tags do not travel with the branch).
 RELEASES = {"0.1.0": "8c4bf95", "0.2.0": "0a85b84"}
@@ -238,16 +238,8 @@ def test_a_dump_taken_under_0_1_0_restores_under_the_current_version_above_every
     assert_unique(after)
 
 
-# Narrow sequence bits make bursts put snowflake time well ahead of the
-# clock (16 IDs per ms), as in test_failover.py.
-NARROW = [
-    "pg_idgen.machine_id = 7",
-    "pg_idgen.snowflake_time_bits = 47",
-    "pg_idgen.snowflake_machine_bits = 12",
-    "pg_idgen.snowflake_sequence_bits = 4",
-    "pg_idgen.snowflake_max_lead = '5min'",
-    "wal_level = replica",
-]
+# Bursts put snowflake time well ahead of the clock (helpers.BURST_LAYOUT).
+NARROW = [*BURST_LAYOUT, "wal_level = replica"]
 
 
 def burst(server, kind):
