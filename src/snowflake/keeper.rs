@@ -22,7 +22,7 @@
 //! server refuses to start without a worker slot for it, since without a
 //! keeper no snowflake ID can ever be issued.
 
-use super::clock::now_unix_ms;
+use super::clock::{now_unix_ms, PG_EPOCH_UNIX_MICROS};
 use super::config::setting_text;
 use super::layout::Layout;
 use super::shared::{snowflake, Snowflake, KEEPER_RESTART};
@@ -176,17 +176,15 @@ impl Keeper {
             }
             return;
         }
-        if !self.floors_raised {
-            match self.read() {
-                Ok(mark) => {
-                    if let Some(mark) = mark {
-                        self.raise_floors(&mark);
-                    }
-                    self.floors_raised = true;
-                }
-                Err(()) => return,
-            }
+        // Read at every pass, not only after a start: a row restored (or
+        // written by another run) above what this run issued raises it.
+        let Ok(mark) = self.read() else { return };
+        match mark.filter(|m| m.main >= 0 || m.javascript >= 0) {
+            Some(mark) => self.raise_floors(&mark),
+            None if !self.floors_raised => self.raise_floors_without_a_mark(),
+            None => {}
         }
+        self.floors_raised = true;
         self.persist_if_wanted();
     }
 
@@ -222,19 +220,52 @@ impl Keeper {
         Err(())
     }
 
-    /// After a start, a promotion or a restore: both generators start above
-    /// the WAL-logged mark, whatever the state file said.
+    /// After a start, a promotion or a restore, and whenever the row is above
+    /// what this run may issue: both generators go on above the WAL-logged
+    /// mark, whatever the state file said.
+    ///
+    /// A generator is raised only by a mark above what it may issue up to
+    /// already (`persisted_limit`): the keeper's own marks never move it,
+    /// one from elsewhere — the previous run, the old primary, a restored
+    /// row — does.
     fn raise_floors(&self, mark: &HighWater) {
         let (main, javascript) = (&self.state.main, &self.state.javascript);
         let (main_floor, js_floor) =
             state_file::floors(&Saved::HighWater(*mark), main.layout(), javascript.layout());
-        if let Some(floor) = main_floor {
-            main.raise_floor(floor);
-        }
-        if let Some(floor) = js_floor {
-            javascript.raise_floor(floor);
+        for (generator, floor) in [(main, main_floor), (javascript, js_floor)] {
+            if let Some(floor) = floor.filter(|&f| f > generator.persisted_limit()) {
+                generator.raise_floor(floor);
+            }
         }
         self.state.set_wal_mark(mark_unix_ms(mark));
+    }
+
+    /// The table holds no mark (none committed, or its row deleted, or the
+    /// table dropped and created again) after a start that replayed WAL —
+    /// a promotion, a restore, a crash recovery. "Nothing was issued"
+    /// cannot be told from "the row was lost", so both generators start
+    /// above the last replayed commit's time plus `snowflake_max_lead`: no
+    /// ID was ever issued further ahead of the clock than that, and every
+    /// ID in the replayed data was issued before its row's commit. After a
+    /// start that replayed nothing (a first start, a clean restart), the
+    /// state file's floor stands alone.
+    fn raise_floors_without_a_mark(&self) {
+        // SAFETY: a plain read of shared recovery state (0: no transaction
+        // was replayed since the server started).
+        let replayed = unsafe { pg_sys::GetLatestXTime() };
+        if replayed == 0 {
+            return;
+        }
+        let replayed_unix_ms = replayed / 1000 + PG_EPOCH_UNIX_MICROS / 1000;
+        let floor_unix_ms =
+            replayed_unix_ms.saturating_add(i64::from(gucs::SNOWFLAKE_MAX_LEAD_MS.get()));
+        for generator in [&self.state.main, &self.state.javascript] {
+            generator.raise_floor(floor_unix_ms - generator.layout().epoch_ms);
+        }
+        pgrx::log!(
+            "pg_idgen snowflake keeper: snowflake_high_water in database \"{}\" holds no mark; snowflake IDs start above {floor_unix_ms} ms since 1970 (the last replayed commit plus pg_idgen.snowflake_max_lead)",
+            self.database
+        );
     }
 
     /// Commits the marks the generators want, then writes the state file,
@@ -265,6 +296,22 @@ impl Keeper {
         let Ok(committed) = self.transact(move || wal_mark::commit(&database, &mark)) else {
             return;
         };
+        // The row keeps the greater of each mark: one above ours (restored
+        // meanwhile) raises the floors before anything more is issued.
+        let above_ours = HighWater {
+            main: if committed.main > mark.main {
+                committed.main
+            } else {
+                -1
+            },
+            javascript: if committed.javascript > mark.javascript {
+                committed.javascript
+            } else {
+                -1
+            },
+            ..committed
+        };
+        self.raise_floors(&above_ours);
         state.set_wal_mark(mark_unix_ms(&committed));
         match state_file::write_durably(self.data_dir, &state_file::render(&mark)) {
             Ok(()) => {

@@ -45,8 +45,8 @@ def burst(server, rows, kind):
         conn.execute(f"INSERT INTO orders SELECT FROM generate_series(1, {rows // 10})")
 
 
-def lead_ms(server):
-    rows = server.sql("SELECT lead_ms FROM snowflake_status WHERE generator = 'default'")
+def lead_ms(server, dbname="postgres"):
+    rows = server.sql("SELECT lead_ms FROM snowflake_status WHERE generator = 'default'", dbname=dbname)
     return rows[0][0] or 0
 
 
@@ -149,3 +149,36 @@ def test_a_point_in_time_restore_continues_above_every_id_it_holds(make_cluster)
         shutil.rmtree(backup, ignore_errors=True)
     finally:
         shutil.rmtree(wal_archive, ignore_errors=True)
+
+
+@pytest.mark.parametrize("lost_by", ["DELETE FROM snowflake_high_water", "DROP EXTENSION pg_idgen"])
+def test_a_failover_after_the_marks_row_is_lost_still_continues_above_every_id(make_cluster, lost_by):
+    """The row deleted (or the extension dropped, then created again as the
+    55000 hint says) on the primary, replayed, and the standby promoted at
+    once: "no mark" is not "nothing issued" — it starts above the last
+    replayed commit plus snowflake_max_lead."""
+    primary = make_cluster(conf=NARROW)
+    primary.start()
+    primary.sql("CREATE EXTENSION pg_idgen")
+    app = primary.new_database()
+    primary.sql("CREATE TABLE events (id bigint PRIMARY KEY)", dbname=app)
+    standby = standby_of(primary, make_cluster, conf=NARROW)
+    with primary.connect(app) as conn:
+        for _ in range(2):
+            conn.execute("INSERT INTO events SELECT snowflake_nextval() FROM generate_series(1, 200000)")
+    assert lead_ms(primary, app) > BURST_LEAD_MS
+    primary.sql(lost_by)
+    assert replayed(primary, standby)
+    primary.stop("immediate")
+    promote(standby)
+    if lost_by.startswith("DROP"):
+        with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState):
+            standby.sql("SELECT snowflake_nextval()", dbname=app)
+        standby.sql("CREATE EXTENSION pg_idgen")
+    before = [r[0] for r in standby.sql("SELECT id FROM events", dbname=app)]
+    assert len(before) == 400_000
+    with standby.connect(app) as conn:
+        # The primary key is the first judge: a repeat fails the INSERT.
+        new = [r[0] for r in conn.execute(
+            "INSERT INTO events SELECT snowflake_nextval() FROM generate_series(1, 20000) RETURNING id")]
+    assert min(new) > max(before)
