@@ -11,6 +11,7 @@ use pgrx::PgLogLevel;
 
 use crate::catalog::{quote_identifier, quote_literal};
 use crate::segment::policy::RefillProblem;
+use crate::snowflake::backup_copy::BACKUP_LABEL_OLD;
 use crate::snowflake::state_file::STATE_FILE;
 
 /// The longest tag a slot (and `id_segment.biz_tag`, `varchar(64)`) holds.
@@ -255,6 +256,12 @@ pub enum IdgenError {
     StateFileWriteFailed {
         problem: String,
     },
+    /// A warning: a primary started from a base backup, still on the
+    /// backup's timeline, with a fixed machine id.
+    SnowflakeServerMayBeACopy {
+        machine_id: i64,
+        timeline: u32,
+    },
 }
 
 /// An error the refill worker meets, as it is stored in shared memory for
@@ -422,6 +429,7 @@ impl IdgenError {
             IdgenError::FallbackIds { .. } => ERRCODE_WARNING,
             IdgenError::HostnameMachineIdDoubt { .. } => ERRCODE_WARNING,
             IdgenError::StateFileWriteFailed { .. } => ERRCODE_IO_ERROR,
+            IdgenError::SnowflakeServerMayBeACopy { .. } => ERRCODE_WARNING,
         }
     }
 
@@ -592,6 +600,9 @@ impl IdgenError {
             IdgenError::StateFileWriteFailed { problem } => {
                 format!("pg_idgen: could not write {STATE_FILE}: {problem}")
             }
+            IdgenError::SnowflakeServerMayBeACopy { machine_id, timeline } => format!(
+                "pg_idgen: this primary started from a base backup and still runs on the backup's timeline {timeline}, with pg_idgen.machine_id = {machine_id}: if the server it was copied from is still running with that machine id, both issue the same snowflake IDs"
+            ),
         }
     }
 
@@ -681,6 +692,9 @@ impl IdgenError {
             IdgenError::FallbackIds { .. } => "pg_idgen.snowflake_fallback is on. These IDs are far larger than the tag's own; segment_status.fallback_ids counts them.".into(),
             IdgenError::HostnameMachineIdDoubt { .. } => "Two servers with the same machine id can issue the same snowflake IDs. 'hostname' suits the pods of one StatefulSet (pg-0, pg-1, ...); elsewhere set pg_idgen.machine_id to a number unique to each server.".into(),
             IdgenError::StateFileWriteFailed { .. } => "Snowflake IDs wait until it can be written; check the data directory's space and permissions.".into(),
+            IdgenError::SnowflakeServerMayBeACopy { .. } => format!(
+                "Give one of the two its own pg_idgen.machine_id (or 'lease') and restart it. A standby that was promoted, or a restore with recovery.signal, starts a new timeline and is not a copy. If the original is gone for good (the server was moved), remove {BACKUP_LABEL_OLD} from the data directory to end this warning."
+            ),
         }
     }
 

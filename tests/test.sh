@@ -51,6 +51,7 @@ CORE_TESTS=(
     tests/integration/test_remote.py::test_shards_and_a_seeds_client_never_share_an_id
     tests/integration/test_lease.py::test_three_servers_starting_at_once_get_three_machine_ids
     "tests/integration/test_failover.py::test_a_promoted_standby_continues_above_every_replicated_id[right]"
+    tests/integration/test_pg_upgrade.py
 )
 
 echo; echo "== cargo fmt --check"
@@ -88,14 +89,19 @@ for major in "${versions[@]}"; do
     echo; echo "== SQL regression files"
     bash tests/regress/run.sh
 
-    # pg_upgrade from the version tested just before (its build is
-    # installed), for running test_pg_upgrade.py by hand after a run of
-    # both versions (-- tests/integration/test_pg_upgrade.py): it is not in
-    # CORE_TESTS, since 15 -> 16 failed while restoring the schemas.
+    # pg_upgrade from the version tested just before, whose build is
+    # installed; 15 -> 16 starts from PyPI's 15.19 (tests/lib/pg_versions.sh
+    # says why), given the build just installed into Debian's 15.
     unset PG_IDGEN_UPGRADE_FROM
     if [[ -n $previous && $previous == $((major - 1)) ]]; then
         export PG_IDGEN_UPGRADE_FROM
         PG_IDGEN_UPGRADE_FROM=$(pg_bin_for "$previous")
+        if [[ $previous == "$PG_DEBIAN_MAJOR" ]]; then
+            from=$(pg_config_for "$previous") to="$PG_UPGRADE_SOURCE_15/bin/pg_config"
+            cp "$("$from" --pkglibdir)/pg_idgen.so" "$("$to" --pkglibdir)/"
+            cp "$("$from" --sharedir)"/extension/pg_idgen* "$("$to" --sharedir)/extension/"
+            PG_IDGEN_UPGRADE_FROM="$PG_UPGRADE_SOURCE_15/bin"
+        fi
     fi
     echo; echo "== integration tests"
     if [[ $major == "$PG_DEBIAN_MAJOR" ]]; then

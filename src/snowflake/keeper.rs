@@ -22,8 +22,9 @@
 //! server refuses to start without a worker slot for it, since without a
 //! keeper no snowflake ID can ever be issued.
 
+use super::backup_copy::{self, BACKUP_LABEL_OLD};
 use super::clock::{now_unix_ms, PG_EPOCH_UNIX_MICROS};
-use super::config::setting_text;
+use super::config::{config, setting_text};
 use super::layout::Layout;
 use super::shared::{snowflake, Snowflake, KEEPER_RESTART};
 use super::state_file::{self, HighWater, Saved};
@@ -138,6 +139,7 @@ pub extern "C-unwind" fn pg_idgen_snowflake_keeper_main(_arg: pg_sys::Datum) {
         database,
         data_dir: Path::new("."),
         floors_raised: false,
+        committed_here: None,
         file_failing: false,
     };
     loop {
@@ -161,6 +163,12 @@ struct Keeper {
     /// generators' floors raised to it: nothing is persisted (so nothing
     /// issued) before.
     floors_raised: bool,
+    /// The row as this run's last commit left it: a row read above it was
+    /// restored or written elsewhere; one at it is the keeper's own mark,
+    /// which never raises the floors (while the state file cannot be
+    /// written, the generators' limits stay below it, and raising them to
+    /// it at every pass would run the clock away).
+    committed_here: Option<HighWater>,
     /// Whether the last write of the state file failed (logged once).
     file_failing: bool,
 }
@@ -171,6 +179,7 @@ impl Keeper {
         if unsafe { pg_sys::RecoveryInProgress() } {
             // A standby: nothing is issued here; show the replayed mark.
             self.floors_raised = false;
+            self.committed_here = None;
             if let Ok(Some(mark)) = self.read() {
                 self.state.set_wal_mark(mark_unix_ms(&mark));
             }
@@ -180,9 +189,15 @@ impl Keeper {
         // written by another run) above what this run issued raises it.
         let Ok(mark) = self.read() else { return };
         match mark.filter(|m| m.main >= 0 || m.javascript >= 0) {
-            Some(mark) => self.raise_floors(&mark),
+            Some(mark) => {
+                self.raise_floors(&mark.above(self.committed_here.as_ref()));
+                self.state.set_wal_mark(mark_unix_ms(&mark));
+            }
             None if !self.floors_raised => self.raise_floors_without_a_mark(),
             None => {}
+        }
+        if !self.floors_raised {
+            self.warn_if_a_copy();
         }
         self.floors_raised = true;
         self.persist_if_wanted();
@@ -221,13 +236,11 @@ impl Keeper {
     }
 
     /// After a start, a promotion or a restore, and whenever the row is above
-    /// what this run may issue: both generators go on above the WAL-logged
+    /// what this run committed: both generators go on above the WAL-logged
     /// mark, whatever the state file said.
     ///
     /// A generator is raised only by a mark above what it may issue up to
-    /// already (`persisted_limit`): the keeper's own marks never move it,
-    /// one from elsewhere — the previous run, the old primary, a restored
-    /// row — does.
+    /// already (`persisted_limit`); a field of -1 raises nothing.
     fn raise_floors(&self, mark: &HighWater) {
         let (main, javascript) = (&self.state.main, &self.state.javascript);
         let (main_floor, js_floor) =
@@ -237,7 +250,6 @@ impl Keeper {
                 generator.raise_floor(floor);
             }
         }
-        self.state.set_wal_mark(mark_unix_ms(mark));
     }
 
     /// The table holds no mark (none committed, or its row deleted, or the
@@ -266,6 +278,26 @@ impl Keeper {
             "pg_idgen snowflake keeper: snowflake_high_water in database \"{}\" holds no mark; snowflake IDs start above {floor_unix_ms} ms since 1970 (the last replayed commit plus pg_idgen.snowflake_max_lead)",
             self.database
         );
+    }
+
+    /// Once recovery has ended: a primary started from a base backup on the
+    /// backup's timeline may be a copy beside a running original
+    /// (`backup_copy.rs`); with a fixed machine id, say so.
+    fn warn_if_a_copy(&self) {
+        let Some(config) = config().filter(|c| !c.lease) else {
+            return;
+        };
+        let label = std::fs::read_to_string(self.data_dir.join(BACKUP_LABEL_OLD)).ok();
+        // SAFETY: recovery has ended (checked by the caller), so the
+        // insertion timeline is set and no longer changes.
+        let timeline = unsafe { pg_sys::GetWALInsertionTimeLine() };
+        if backup_copy::is_on_the_backups_timeline(label.as_deref(), timeline) {
+            IdgenError::SnowflakeServerMayBeACopy {
+                machine_id: config.machine,
+                timeline,
+            }
+            .warn();
+        }
     }
 
     /// Commits the marks the generators want, then writes the state file,
@@ -298,20 +330,8 @@ impl Keeper {
         };
         // The row keeps the greater of each mark: one above ours (restored
         // meanwhile) raises the floors before anything more is issued.
-        let above_ours = HighWater {
-            main: if committed.main > mark.main {
-                committed.main
-            } else {
-                -1
-            },
-            javascript: if committed.javascript > mark.javascript {
-                committed.javascript
-            } else {
-                -1
-            },
-            ..committed
-        };
-        self.raise_floors(&above_ours);
+        self.raise_floors(&committed.above(Some(&mark)));
+        self.committed_here = Some(committed);
         state.set_wal_mark(mark_unix_ms(&committed));
         match state_file::write_durably(self.data_dir, &state_file::render(&mark)) {
             Ok(()) => {

@@ -11,6 +11,8 @@
 //! * `lease`: machine ids leased from a table on a central server — the
 //!   table, its SQL and the rules (claim, renew, stop, the successor's
 //!   floor).
+//! * `backup_copy`: whether a primary started from a base backup may be a
+//!   copy running beside its original.
 //!
 //! PostgreSQL glue:
 //! * `config`: the settings, read and checked once at server start.
@@ -22,6 +24,7 @@
 //!   through postgres_fdw and tells the generators.
 //! * `sql`, `status`: the SQL functions and the status view.
 
+pub mod backup_copy;
 pub mod clock;
 pub mod config;
 pub mod generator;

@@ -114,6 +114,20 @@ pub struct HighWater {
     pub javascript: i64,
 }
 
+impl HighWater {
+    /// The marks of `self` above those of `ours`, the others -1 (nothing to
+    /// raise); all of them when there is no `ours`.
+    pub fn above(&self, ours: Option<&HighWater>) -> HighWater {
+        let Some(ours) = ours else { return *self };
+        let higher = |mine: i64, theirs: i64| if mine > theirs { mine } else { -1 };
+        HighWater {
+            main: higher(self.main, ours.main),
+            javascript: higher(self.javascript, ours.javascript),
+            ..*self
+        }
+    }
+}
+
 /// Renders the file's content.
 pub fn render(state: &HighWater) -> String {
     let l = &state.layout;
@@ -337,6 +351,35 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         dir
+    }
+
+    #[test]
+    fn only_marks_above_our_own_are_kept_to_raise_the_floors() {
+        let row = HighWater {
+            javascript: 5_000,
+            ..sample()
+        };
+        assert_eq!(row.above(None), row);
+        assert_eq!(
+            row.above(Some(&row)),
+            HighWater {
+                main: -1,
+                javascript: -1,
+                ..row
+            }
+        );
+        let ours = HighWater {
+            main: row.main - 1,
+            javascript: 9_000,
+            ..row
+        };
+        assert_eq!(
+            row.above(Some(&ours)),
+            HighWater {
+                javascript: -1,
+                ..row
+            }
+        );
     }
 
     #[test]

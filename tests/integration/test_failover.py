@@ -27,6 +27,11 @@ NARROW = [*BURST_LAYOUT, "wal_level = replica"]
 BURST_LEAD_MS = 5_000
 
 
+# What the keeper logs when a primary started from a base backup still
+# runs on the backup's timeline with a fixed machine id.
+COPY_WARNING = "started from a base backup and still runs on the backup's timeline"
+
+
 def primary_with_events(make_cluster, conf=()):
     primary = make_cluster(conf=[*NARROW, *conf])
     primary.start()
@@ -90,6 +95,37 @@ def test_a_promoted_standby_continues_above_every_replicated_id(make_cluster, st
     assert len(snowflakes_before) == 400_000
     promote(standby)
     check_continues_above(standby, snowflakes_before, orders_before)
+    # A promotion starts a new timeline: not a copy beside its original.
+    assert COPY_WARNING not in standby.log()
+
+
+def test_a_base_backup_started_as_a_second_primary_is_warned_about(make_cluster):
+    """A pg_basebackup started as a primary of its own (no standby.signal)
+    with the same fixed machine id issues the same IDs as its original —
+    which neither server can see; the copy can tell it started from a backup
+    on the backup's timeline, and warns (once per start, naming the fix).
+    Its original, restarted, does not."""
+    primary = primary_with_events(make_cluster)
+    copy = make_cluster(conf=NARROW)
+    shutil.rmtree(copy.data)
+    primary.client("pg_basebackup", "-D", copy.data, "-X", "stream")
+    subprocess.run(["chown", "-R", "postgres:postgres", copy.data], check=True)
+    copy.append_conf(f"unix_socket_directories = '{copy.dir}'")
+    copy.start()
+    copy.sql("SELECT snowflake_nextval()")
+    assert wait_for(lambda: COPY_WARNING in copy.log(), timeout=30)
+    assert "pg_idgen.machine_id = 7" in copy.log()
+    assert "remove backup_label.old" in copy.log()
+    # The fix the hint names ends it; the original never warned.
+    os.remove(os.path.join(copy.data, "backup_label.old"))
+    log_before = len(copy.log())
+    copy.restart()
+    copy.sql("SELECT snowflake_nextval()")
+    primary.restart()
+    primary.sql("SELECT snowflake_nextval()")
+    # An ID is issued only after the keeper's first pass, which warns.
+    assert COPY_WARNING not in copy.log()[log_before:]
+    assert COPY_WARNING not in primary.log()
 
 
 def test_a_restart_after_the_state_file_is_lost_continues_above_the_wal_mark(make_cluster):
@@ -145,6 +181,7 @@ def test_a_point_in_time_restore_continues_above_every_id_it_holds(make_cluster)
             assert wait_for(lambda: restored.sql("SELECT pg_is_in_recovery()") == [(False,)], timeout=120)
             assert {r[0] for r in restored.sql("SELECT DISTINCT kind FROM events")} == kinds
             check_continues_above(restored, ids(restored, "events"), ids(restored, "orders"))
+            assert COPY_WARNING not in restored.log()
             restored.destroy()
         shutil.rmtree(backup, ignore_errors=True)
     finally:

