@@ -23,7 +23,7 @@
 //! keeper no snowflake ID can ever be issued.
 
 use super::backup_copy::{self, BACKUP_LABEL_OLD};
-use super::clock::{now_unix_ms, PG_EPOCH_UNIX_MICROS};
+use super::clock::{mono_now_ms, now_unix_ms, PG_EPOCH_UNIX_MICROS};
 use super::config::{config, setting_text};
 use super::layout::Layout;
 use super::shared::{snowflake, Snowflake, KEEPER_RESTART};
@@ -44,6 +44,10 @@ const KEEPER_INTERVAL: Duration = Duration::from_millis(100);
 /// The shortest bound on one keeper transaction, whatever
 /// `pg_idgen.snowflake_max_wait` says (a commit is one WAL flush).
 const KEEPER_TRANSACTION_MIN_MS: i32 = 1_000;
+
+/// How often a running keeper reads the row besides its own commits (a
+/// read-only transaction: it counts in `pg_stat_database.xact_commit`).
+const REREAD_MS: i64 = 1_000;
 
 /// Set by the log hook while the keeper is being registered, when
 /// PostgreSQL refuses the registration (it only logs that).
@@ -140,6 +144,7 @@ pub extern "C-unwind" fn pg_idgen_snowflake_keeper_main(_arg: pg_sys::Datum) {
         data_dir: Path::new("."),
         floors_raised: false,
         committed_here: None,
+        last_read_ms: i64::MIN / 2,
         file_failing: false,
     };
     loop {
@@ -169,6 +174,8 @@ struct Keeper {
     /// written, the generators' limits stay below it, and raising them to
     /// it at every pass would run the clock away).
     committed_here: Option<HighWater>,
+    /// When (monotonic ms) the row was last read.
+    last_read_ms: i64,
     /// Whether the last write of the state file failed (logged once).
     file_failing: bool,
 }
@@ -180,26 +187,35 @@ impl Keeper {
             // A standby: nothing is issued here; show the replayed mark.
             self.floors_raised = false;
             self.committed_here = None;
-            if let Ok(Some(mark)) = self.read() {
-                self.state.set_wal_mark(mark_unix_ms(&mark));
+            let now_ms = mono_now_ms();
+            if now_ms - self.last_read_ms >= REREAD_MS {
+                self.last_read_ms = now_ms;
+                if let Ok(Some(mark)) = self.read() {
+                    self.state.set_wal_mark(mark_unix_ms(&mark));
+                }
             }
             return;
         }
-        // Read at every pass, not only after a start: a row restored (or
-        // written by another run) above what this run issued raises it.
-        let Ok(mark) = self.read() else { return };
-        match mark.filter(|m| m.main >= 0 || m.javascript >= 0) {
-            Some(mark) => {
-                self.raise_floors(&mark.above(self.committed_here.as_ref()));
-                self.state.set_wal_mark(mark_unix_ms(&mark));
+        // Read before anything is persisted, then once a second (each
+        // commit reads it too): a row restored (or written by another run)
+        // above what this run committed raises the floors.
+        let now_ms = mono_now_ms();
+        if !self.floors_raised || now_ms - self.last_read_ms >= REREAD_MS {
+            let Ok(mark) = self.read() else { return };
+            self.last_read_ms = now_ms;
+            match mark.filter(|m| m.main >= 0 || m.javascript >= 0) {
+                Some(mark) => {
+                    self.raise_floors(&mark.above(self.committed_here.as_ref()));
+                    self.state.set_wal_mark(mark_unix_ms(&mark));
+                }
+                None if !self.floors_raised => self.raise_floors_without_a_mark(),
+                None => {}
             }
-            None if !self.floors_raised => self.raise_floors_without_a_mark(),
-            None => {}
+            if !self.floors_raised {
+                self.warn_if_a_copy();
+            }
+            self.floors_raised = true;
         }
-        if !self.floors_raised {
-            self.warn_if_a_copy();
-        }
-        self.floors_raised = true;
         self.persist_if_wanted();
     }
 
