@@ -3,15 +3,17 @@
 # one run on a throwaway cluster (see tests/bench/bench.py for what it
 # measures), then tags attached to a slow central server (two shards, see
 # tests/bench/remote.py), then bulk loads and IDs fetched by a client
-# (tests/bench/bulk.py). Full run: under 15 minutes on 2 cores, under a
-# minute more for the remote part and about 4 for the bulk part; `--quick`
-# for a smoke run; `--only bench`, `--only remote` or `--only bulk` for one
-# of the three.
+# (tests/bench/bulk.py), then this tree against release 0.2.0 on a copy of
+# a relocatable PostgreSQL (tests/bench/release_delta.py; with --pg 16, 17
+# or 18 only). Full run: under 15 minutes on 2 cores, under a minute more
+# for the remote part, about 4 for the bulk part and 5 for the release
+# part; `--quick` for a smoke run; `--only bench`, `--only remote`,
+# `--only bulk` or `--only release` for one of them.
 # The full run writes tests/bench/results/ and, with --update-readme, the
 # README's benchmark tables (which name the PostgreSQL version they ran
 # on and the command that made them).
 #
-#   bash tests/bench.sh [--pg 15|16|17|18] [--only bench|remote|bulk] [--quick] [--update-readme]
+#   bash tests/bench.sh [--pg 15|16|17|18] [--only bench|remote|bulk|release] [--quick] [--update-readme]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
@@ -27,8 +29,8 @@ while (($#)); do
     esac
 done
 case $only in
-    ''|bench|remote|bulk) ;;
-    *) echo "--only takes bench, remote or bulk, not '$only'" >&2; exit 2 ;;
+    ''|bench|remote|bulk|release) ;;
+    *) echo "--only takes bench, remote, bulk or release, not '$only'" >&2; exit 2 ;;
 esac
 
 # Not setup.sh's own install (into PostgreSQL 15): the build for the
@@ -68,4 +70,8 @@ fi
 if [[ -z $only || $only == bulk ]]; then
     echo; echo "== benchmark: bulk loads, and IDs from a client"
     .venv/bin/python tests/bench/bulk.py "${args[@]}"
+fi
+if [[ $only == release || ( -z $only && $major != "$PG_DEBIAN_MAJOR" ) ]]; then
+    echo; echo "== benchmark: this tree against release 0.2.0"
+    .venv/bin/python tests/bench/release_delta.py "${args[@]}"
 fi

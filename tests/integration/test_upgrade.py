@@ -12,12 +12,9 @@ draws again. Nothing may repeat — also after a crash and a failover to a
 standby on the updated 0.2.0 server. A pg_dump taken under 0.1.0 restores
 under the current version and continues above every ID drawn before.
 
-0.1.0 declared only the pg15 feature; for 16-18 the fixture adds the
-matching feature line to the unpacked Cargo.toml (the source is unchanged,
-and it compiles against all four)."""
+tests/lib/releases.py records the releases and builds them."""
 
 import os
-import re
 import shutil
 import subprocess
 import tempfile
@@ -25,10 +22,9 @@ import tempfile
 import pytest
 
 from cluster import PG_BIN
-from helpers import BURST_LAYOUT, REPO, assert_increasing, assert_unique, draw_plain, draw_snowflakes, promote, replayed, standby_of
+from releases import build_release, pg_config_value
+from helpers import BURST_LAYOUT, assert_increasing, assert_unique, draw_plain, draw_snowflakes, promote, replayed, standby_of
 
-# Releases by commit (tags do not travel with the branch).
-RELEASES = {"0.1.0": "8c4bf95", "0.2.0": "0a85b84"}
 CURRENT = "0.3.0"
 PG_CONFIG = os.path.join(PG_BIN, "pg_config")
 # Settings that tell which library runs: one 0.2.0 registers and 0.1.0 does
@@ -37,51 +33,7 @@ SETTING_SINCE = {"0.2.0": "pg_idgen.allow_max_id_decrease", CURRENT: "pg_idgen.s
 
 
 def pg_config(flag):
-    return subprocess.run([PG_CONFIG, flag], check=True, capture_output=True,
-                          text=True).stdout.strip()
-
-
-def build_release(version, out_dir):
-    """Builds a release's library and install script; returns their paths."""
-    commit = RELEASES[version]
-    crate = "pg_idgen_release_" + version.replace(".", "_")
-    major = re.search(r"(\d+)", pg_config("--version")).group(1)
-    src = os.path.join(out_dir, "src")
-    os.makedirs(src)
-    archive = subprocess.run(["git", "-C", REPO, "archive", commit], capture_output=True)
-    assert archive.returncode == 0, (
-        f"the upgrade test builds release {version} from commit {commit} and "
-        f"this checkout lacks it: clone the repository with its history (no --depth)\n"
-        f"{archive.stderr.decode(errors='replace')}")
-    archive = archive.stdout
-    subprocess.run(["tar", "-x", "-C", src], input=archive, check=True)
-    # Built under a crate name of its own: the target directory is shared
-    # with the current tree (for its compiled dependencies), and the two
-    # must not overwrite each other's target/debug/libpg_idgen.so. The
-    # library's file name does not matter (it is copied to pg_idgen.so);
-    # its SQL names MODULE_PATHNAME, which pg_idgen.control resolves.
-    os.rename(os.path.join(src, "pg_idgen.control"), os.path.join(src, f"{crate}.control"))
-    cargo_toml = os.path.join(src, "Cargo.toml")
-    with open(cargo_toml) as f:
-        manifest = f.read().replace('name = "pg_idgen"', f'name = "{crate}"', 1)
-    if not re.search(rf"^pg{major} = ", manifest, re.M):
-        manifest = manifest.replace(
-            "pg_test = []", f'pg{major} = ["pgrx/pg{major}", "pgrx-tests/pg{major}"]\npg_test = []')
-    with open(cargo_toml, "w") as f:
-        f.write(manifest)
-    env = dict(os.environ)
-    env.setdefault("CARGO_TARGET_DIR", os.path.join(REPO, "target"))
-    pkg = os.path.join(out_dir, "pkg")
-    built = subprocess.run(
-        ["cargo", "pgrx", "package", "--debug", "--no-default-features", "--features",
-         f"pg{major}", "--pg-config", PG_CONFIG, "--out-dir", pkg],
-        cwd=src, env=env, capture_output=True, text=True)
-    assert built.returncode == 0, f"building {version} failed:\n{built.stderr[-4000:]}"
-    found = {}
-    for root, _, files in os.walk(pkg):
-        for name in files:
-            found[name] = os.path.join(root, name)
-    return found[f"{crate}.so"], found[f"{crate}--{version}.sql"]
+    return pg_config_value(PG_CONFIG, flag)
 
 
 class Libraries:
@@ -109,7 +61,7 @@ class Libraries:
 def release_libraries(version):
     work = tempfile.mkdtemp(prefix=f"pg_idgen-{version}.")
     try:
-        old_library, old_script = build_release(version, work)
+        old_library, old_script = build_release(version, work, PG_CONFIG)
         shutil.copy(old_script, os.path.join(pg_config("--sharedir"), "extension",
                                              f"pg_idgen--{version}.sql"))
         libs = Libraries(old_library, work)

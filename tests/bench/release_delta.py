@@ -1,0 +1,126 @@
+"""This tree against the release before it, in one run: the marginal cost
+per ID of snowflake_nextval() and segment_nextval() in 0.2.0 (commit
+0a85b84, built from this repository's history with the release profile)
+and in this tree, on two throwaway clusters of the same PostgreSQL, rounds
+interleaved in a shuffled order.
+
+  python tests/bench/release_delta.py [--quick] [--out DIR] [--update-readme]
+
+Two servers cannot load two libraries of one name from one installation, so
+each side gets a copy of the relocatable PostgreSQL's tree (16, 17 or 18;
+PG_BIN names it) with its own pg_idgen.so. The cost is measured as in
+bench.py: `SELECT count(f()) FROM generate_series(1, N)` less the bare
+query, divided by N. Writes release_delta.md and release_delta.json to
+--out; --update-readme puts the table into the README (marker
+bench-release)."""
+
+import json
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import tempfile
+
+from bench import PG_BIN, bench_command, describe_machine, parse_run_args, progress, spread, timed, update_readme
+from cluster import Cluster
+from releases import RELEASES, build_release, pg_config_value
+
+BEFORE = "0.2.0"
+MODES = {"full": dict(n=5_000_000, rounds=7), "quick": dict(n=300_000, rounds=2)}
+FUNCTIONS = {"snowflake_nextval()": "snowflake_nextval()",
+             "segment_nextval, step 1,000": "segment_nextval('step1000')"}
+CONF = ["shared_buffers = '256MB'", "synchronous_commit = off"]
+
+
+def copy_of_postgres(work, side):
+    """A copy of PG_BIN's PostgreSQL tree with this tree's pg_idgen in it
+    (bench.sh installed it there); returns its pg_config."""
+    root = os.path.join(work, side)
+    shutil.copytree(os.path.dirname(os.path.abspath(PG_BIN)), root, symlinks=True)
+    subprocess.run(["chmod", "-R", "a+rX", work], check=True)
+    return os.path.join(root, "bin", "pg_config")
+
+
+def install_release(pg_config, work):
+    """Puts release BEFORE's library and install script into the copy."""
+    library, script = build_release(BEFORE, os.path.join(work, "build"), pg_config, debug=False)
+    shutil.copy(library, os.path.join(pg_config_value(pg_config, "--pkglibdir"), "pg_idgen.so"))
+    shutil.copy(script, os.path.join(pg_config_value(pg_config, "--sharedir"), "extension",
+                                     f"pg_idgen--{BEFORE}.sql"))
+
+
+def main():
+    args, mode, out = parse_run_args(__doc__, "a smoke run: small N, two rounds", "pg_idgen-release-delta.")
+    settings = MODES[mode]
+    random.seed(20261202)
+    if not os.path.exists(os.path.join(os.path.dirname(os.path.abspath(PG_BIN)), "include")):
+        raise SystemExit("release_delta.py copies a relocatable PostgreSQL: run it with --pg 16, 17 or 18")
+    work = tempfile.mkdtemp(prefix="pg_idgen-release-delta.")
+    clusters = {}
+    try:
+        before_config = copy_of_postgres(work, "before")
+        after_config = copy_of_postgres(work, "after")
+        progress(f"building {BEFORE} (commit {RELEASES[BEFORE]}) with the release profile")
+        install_release(before_config, work)
+        sides = {BEFORE: (before_config, f"VERSION '{BEFORE}'"), "this tree": (after_config, "")}
+        for side, (pg_config, version) in sides.items():
+            cluster = Cluster(conf=CONF, name="pg_idgen-release-delta.", pg_bin=os.path.dirname(pg_config))
+            clusters[side] = cluster
+            cluster.start()
+            cluster.sql(f"CREATE EXTENSION pg_idgen {version}")
+            cluster.sql("SELECT segment_create('step1000', step => 1000)")
+            cluster.sql("SELECT segment_nextval('step1000')")
+        costs = {side: {label: [] for label in FUNCTIONS} for side in clusters}
+        n = settings["n"]
+        conns = {side: cluster.connect() for side, cluster in clusters.items()}
+        for round_no in range(1, settings["rounds"] + 1):
+            work_items = [(side, label) for side in clusters for label in FUNCTIONS]
+            random.shuffle(work_items)
+            for side, label in work_items:
+                conn = conns[side]
+                bare = timed(conn, f"SELECT count(*) FROM generate_series(1, {n})")
+                seconds = timed(conn, f"SELECT count({FUNCTIONS[label]}) FROM generate_series(1, {n})")
+                bare = (bare + timed(conn, f"SELECT count(*) FROM generate_series(1, {n})")) / 2
+                costs[side][label].append((seconds - bare) / n * 1e9)
+                progress(f"round {round_no}: {side}: {label}: {costs[side][label][-1]:.1f} ns per ID")
+        for conn in conns.values():
+            conn.close()
+        results = {"command": bench_command(args.quick, "release_delta.py"), "n": n,
+                   "rounds": settings["rounds"], "before": BEFORE, "commit_before": RELEASES[BEFORE],
+                   "machine": describe_machine(clusters["this tree"], dbname="postgres"), "marginal_ns": costs}
+    finally:
+        for cluster in clusters.values():
+            cluster.destroy()
+        shutil.rmtree(work, ignore_errors=True)
+
+    table = markdown(results)
+    with open(os.path.join(out, "release_delta.json"), "w") as f:
+        json.dump(results, f, indent=2)
+    with open(os.path.join(out, "release_delta.md"), "w") as f:
+        f.write(table)
+    print()
+    print(table)
+    if args.update_readme and mode == "full":
+        update_readme(table, marker="bench-release")
+
+
+def markdown(results):
+    m, before = results["machine"], results["before"]
+    lines = [f"{m['postgres']}, {m['cpu']}, {m['cores']} cores; commit {m['commit']} against {before} "
+             f"(commit {results['commit_before']}), {m['date']}; `{results['command']}`; "
+             f"N = {results['n']:,}, median (and range) of {results['rounds']} interleaved rounds.",
+             "",
+             f"| per ID, over the bare query | {before} | this tree | this tree / {before} |",
+             "|---|---:|---:|---:|"]
+    for label in FUNCTIONS:
+        old = results["marginal_ns"][before][label]
+        new = results["marginal_ns"]["this tree"][label]
+        ratio = statistics.median(new) / statistics.median(old)
+        lines.append(f"| `{label}` | {statistics.median(old):.1f} ns ({spread(old)}) | "
+                     f"{statistics.median(new):.1f} ns ({spread(new)}) | {ratio:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()
