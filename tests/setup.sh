@@ -7,7 +7,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
-PACKAGES=(postgresql-15 postgresql-server-dev-15 postgresql-contrib libclang-dev clang sudo faketime)
+# patroni and etcd-*: test_patroni.py (its own etcd and Patroni nodes on
+# 127.0.0.1; the packages' services are not used).
+PACKAGES=(postgresql-15 postgresql-server-dev-15 postgresql-contrib libclang-dev clang sudo faketime
+          patroni etcd-server etcd-client)
 
 step() { printf '\n== %s\n' "$*"; }
 

@@ -3,7 +3,8 @@
 # then per version the plain #[test]s and #[pg_test]s (cargo pgrx test),
 # the SQL regression files (pg_regress) and the integration tests (pytest,
 # each on throwaway clusters). PostgreSQL 15 runs everything; 16, 17 and 18
-# run the core integration tests: concurrency, crash and restart, the
+# run the core integration tests (15 adds a switchover and a failover under
+# Patroni): concurrency, crash and restart, the
 # calling-context matrix, blocks, a central server's ranges and leases, a
 # failover to a standby, and pg_upgrade from the version tested before (the
 # updates from 0.1.0 and 0.2.0, releases built for each version anew, run
@@ -105,7 +106,8 @@ for major in "${versions[@]}"; do
     fi
     echo; echo "== integration tests"
     if [[ $major == "$PG_DEBIAN_MAJOR" ]]; then
-        .venv/bin/python -m pytest -p no:cacheprovider tests/integration "${pytest_args[@]}"
+        # Debian's patroni runs Debian's PostgreSQL: test_patroni.py on 15.
+        PG_IDGEN_PATRONI=1 .venv/bin/python -m pytest -p no:cacheprovider tests/integration "${pytest_args[@]}"
     else
         .venv/bin/python -m pytest -p no:cacheprovider "${CORE_TESTS[@]}" "${pytest_args[@]}"
     fi

@@ -1,8 +1,25 @@
 #!/usr/bin/env bash
 # The torture suite's long form, for soak runs: 50 crash rounds and three
-# minutes of load at 32 clients (the test command runs the short form).
+# minutes of load at 32 clients (the test command runs the short form);
+# then the switchover and failover under Patroni with etcd five times over
+# (tests/integration/test_patroni.py, once in the test command; set
+# PG_IDGEN_PATRONI_ROUNDS for another count).
+# Arguments go to both pytest runs; a run of which they select no test
+# (e.g. -k crash, for the Patroni one) passes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
 bash tests/setup.sh
-PG_IDGEN_TORTURE=long exec .venv/bin/python -m pytest -p no:cacheprovider tests/integration/test_torture.py "$@"
+
+# pytest, where "no tests selected" (exit 5, e.g. with -k) is no failure.
+run_pytest() {
+    local rc=0
+    .venv/bin/python -m pytest -p no:cacheprovider "$@" || rc=$?
+    ((rc == 5)) && rc=0
+    return "$rc"
+}
+
+status=0
+PG_IDGEN_TORTURE=long run_pytest tests/integration/test_torture.py "$@" || status=$?
+PG_IDGEN_PATRONI=1 PG_IDGEN_PATRONI_ROUNDS=${PG_IDGEN_PATRONI_ROUNDS:-5} run_pytest tests/integration/test_patroni.py "$@" || status=$?
+exit "$status"

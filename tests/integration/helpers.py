@@ -292,3 +292,18 @@ BURST_LAYOUT = (
     "pg_idgen.snowflake_sequence_bits = 4",
     "pg_idgen.snowflake_max_lead = '5min'",
 )
+
+# How far ahead of the clock two bursts of 200,000 IDs of BURST_LAYOUT put
+# snowflake time at the least: 25 s of IDs, less the seconds the inserts
+# themselves take.
+BURST_LEAD_MS = 5_000
+
+# What the keeper logs when a primary started from a base backup still
+# runs on the backup's timeline with a fixed machine id.
+COPY_WARNING = "started from a base backup and still runs on the backup's timeline"
+
+
+def lead_ms(server, dbname="postgres"):
+    """How far (ms) the default generator's time is ahead of the clock."""
+    rows = server.sql("SELECT lead_ms FROM snowflake_status WHERE generator = 'default'", dbname=dbname)
+    return rows[0][0] or 0

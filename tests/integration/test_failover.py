@@ -18,19 +18,9 @@ import psycopg
 import pytest
 
 from cluster import PG_BIN
-from helpers import BURST_LAYOUT, assert_unique, faketime_env, promote, replayed, standby_of, wait_for
+from helpers import BURST_LAYOUT, BURST_LEAD_MS, COPY_WARNING, assert_unique, lead_ms, faketime_env, promote, replayed, standby_of, wait_for
 
 NARROW = [*BURST_LAYOUT, "wal_level = replica"]
-
-# How far ahead of the clock two bursts of 200,000 IDs put snowflake time
-# at the least: 25 s of IDs, less the seconds the inserts themselves take.
-BURST_LEAD_MS = 5_000
-
-
-# What the keeper logs when a primary started from a base backup still
-# runs on the backup's timeline with a fixed machine id.
-COPY_WARNING = "started from a base backup and still runs on the backup's timeline"
-
 
 def primary_with_events(make_cluster, conf=()):
     primary = make_cluster(conf=[*NARROW, *conf])
@@ -48,11 +38,6 @@ def burst(server, rows, kind):
     with server.connect() as conn:
         conn.execute(f"INSERT INTO events SELECT snowflake_nextval(), '{kind}' FROM generate_series(1, {rows})")
         conn.execute(f"INSERT INTO orders SELECT FROM generate_series(1, {rows // 10})")
-
-
-def lead_ms(server, dbname="postgres"):
-    rows = server.sql("SELECT lead_ms FROM snowflake_status WHERE generator = 'default'", dbname=dbname)
-    return rows[0][0] or 0
 
 
 def ids(server, table):
