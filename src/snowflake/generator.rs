@@ -379,17 +379,20 @@ impl Generator {
     /// any ID of the run is issued; `last` moves up by a CAS, never down, so
     /// a call racing with it either issued below the old `last` or issues
     /// above the new one.
+    ///
+    /// `last` moves up *before* the persisted limit does: a call that saw
+    /// the new limit with the old `last` would issue at the wall clock,
+    /// below the floor, up to the new limit.
     pub fn raise_floor(&self, floor: i64) {
         let floor = floor.clamp(0, self.layout.max_time_ms());
         if self.floor.fetch_max(floor, Ordering::AcqRel) >= floor {
             return;
         }
-        self.persisted_limit.fetch_max(floor, Ordering::AcqRel);
         let mut current = self.last.load(Ordering::Acquire);
         loop {
             let (time, _) = self.split(current);
             if time >= floor {
-                return;
+                break;
             }
             let raised = self.layout.compose(Parts {
                 time_ms: floor,
@@ -400,10 +403,11 @@ impl Generator {
                 .last
                 .compare_exchange(current, raised, Ordering::AcqRel, Ordering::Acquire)
             {
-                Ok(_) => return,
+                Ok(_) => break,
                 Err(now_last) => current = now_last,
             }
         }
+        self.persisted_limit.fetch_max(floor, Ordering::AcqRel);
     }
 
     /// The limit the keeper should persist now, if any (ms since epoch).
@@ -501,6 +505,43 @@ mod tests {
         assert_eq!(g.floor(), 5_000);
         let next = g.next_exact(clock_ms, i64::MAX).unwrap();
         assert!(next.id > issued.id);
+    }
+
+    #[test]
+    fn a_call_racing_with_a_raised_floor_never_issues_at_or_below_it() {
+        // The keeper raises the floor (a promotion) while a caller, whose
+        // clock is far below it, waits for a limit: any ID the caller gets
+        // under the raised limit lies above the floor. Raising the limit
+        // before `last` let it issue at its clock, up to the new limit.
+        let g = Arc::new(Generator::new(layout(), 1, Some(0)));
+        g.persisted(10);
+        let rounds = 50_000;
+        let last_floor = (rounds + 1) * 1_000;
+        let caller = {
+            let g = Arc::clone(&g);
+            std::thread::spawn(move || {
+                let mut limit = 0;
+                while limit < last_floor {
+                    // A limit of k * 1000 or more is seen only once the
+                    // floor of k * 1000 has been raised.
+                    limit = g.persisted_limit();
+                    let floor = limit / 1_000 * 1_000;
+                    if let Ok(issued) = g.next_exact(E + 5, i64::MAX) {
+                        let time = g.layout().decompose(issued.id).unwrap().time_ms;
+                        assert!(
+                            time > floor,
+                            "ID at {time} ms, above a limit raised with the floor {floor}"
+                        );
+                    }
+                }
+            })
+        };
+        for round in 1..=rounds {
+            g.raise_floor(round * 1_000);
+            g.persisted(round * 1_000 + 500);
+        }
+        g.raise_floor(last_floor);
+        caller.join().unwrap();
     }
 
     #[test]
