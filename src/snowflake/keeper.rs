@@ -14,8 +14,13 @@
 //!   writes the file durably, and only then tells the generators they may
 //!   issue up to it (`persisted`). A failure is retried at every pass;
 //!   callers that reach the persisted mark wait, then fail naming it.
-//! * On a standby (recovery) it persists nothing and shows the replayed
-//!   mark in `snowflake_status`.
+//! * On a standby (recovery) it commits nothing; it shows the replayed mark
+//!   in `snowflake_status`, raises the generators' floors to it and writes
+//!   it to this server's state file (which a restart reads: it replays WAL
+//!   only from the last restartpoint).
+//! * No mark at all after a start (the row deleted, the extension dropped):
+//!   the floors go above the last commit or checkpoint the server knows
+//!   of, plus `snowflake_max_lead`, unless nothing was ever issued.
 //!
 //! It is registered in `_PG_init` and started by the postmaster once the
 //! server is consistent (it connects to `pg_idgen.snowflake_database`); the
@@ -144,6 +149,7 @@ pub extern "C-unwind" fn pg_idgen_snowflake_keeper_main(_arg: pg_sys::Datum) {
         data_dir: Path::new("."),
         floors_raised: false,
         committed_here: None,
+        replayed_here: None,
         last_read_ms: i64::MIN / 2,
         file_failing: false,
     };
@@ -174,6 +180,9 @@ struct Keeper {
     /// written, the generators' limits stay below it, and raising them to
     /// it at every pass would run the clock away).
     committed_here: Option<HighWater>,
+    /// On a standby: the highest marks replayed (and written to the state
+    /// file) in this run.
+    replayed_here: Option<HighWater>,
     /// When (monotonic ms) the row was last read.
     last_read_ms: i64,
     /// Whether the last write of the state file failed (logged once).
@@ -192,6 +201,7 @@ impl Keeper {
                 self.last_read_ms = now_ms;
                 if let Ok(Some(mark)) = self.read() {
                     self.state.set_wal_mark(mark_unix_ms(&mark));
+                    self.remember_replayed(&mark);
                 }
             }
             return;
@@ -269,29 +279,32 @@ impl Keeper {
     }
 
     /// The table holds no mark (none committed, or its row deleted, or the
-    /// table dropped and created again) after a start that replayed WAL —
-    /// a promotion, a restore, a crash recovery. "Nothing was issued"
-    /// cannot be told from "the row was lost", so both generators start
-    /// above the last replayed commit's time plus `snowflake_max_lead`: no
-    /// ID was ever issued further ahead of the clock than that, and every
-    /// ID in the replayed data was issued before its row's commit. After a
-    /// start that replayed nothing (a first start, a clean restart), the
-    /// state file's floor stands alone.
+    /// table dropped and created again). "Nothing was issued" cannot be told
+    /// from "the row was lost", so unless this is a first start (no commit
+    /// replayed, no state file), both generators start above the last
+    /// commit and checkpoint the server knows of, plus `snowflake_max_lead`
+    /// (`state_file::floor_without_a_mark`).
     fn raise_floors_without_a_mark(&self) {
+        let generators = [&self.state.main, &self.state.javascript];
         // SAFETY: a plain read of shared recovery state (0: no transaction
         // was replayed since the server started).
         let replayed = unsafe { pg_sys::GetLatestXTime() };
-        if replayed == 0 {
+        let replayed_unix_ms =
+            (replayed != 0).then(|| replayed / 1000 + PG_EPOCH_UNIX_MICROS / 1000);
+        let file_had_a_mark = generators.iter().any(|g| g.floor() >= 0);
+        let Some(floor_unix_ms) = state_file::floor_without_a_mark(
+            replayed_unix_ms,
+            last_checkpoint_unix_s(),
+            file_had_a_mark,
+            i64::from(gucs::SNOWFLAKE_MAX_LEAD_MS.get()),
+        ) else {
             return;
-        }
-        let replayed_unix_ms = replayed / 1000 + PG_EPOCH_UNIX_MICROS / 1000;
-        let floor_unix_ms =
-            replayed_unix_ms.saturating_add(i64::from(gucs::SNOWFLAKE_MAX_LEAD_MS.get()));
-        for generator in [&self.state.main, &self.state.javascript] {
+        };
+        for generator in generators {
             generator.raise_floor(floor_unix_ms - generator.layout().epoch_ms);
         }
         pgrx::log!(
-            "pg_idgen snowflake keeper: snowflake_high_water in database \"{}\" holds no mark; snowflake IDs start above {floor_unix_ms} ms since 1970 (the last replayed commit plus pg_idgen.snowflake_max_lead)",
+            "pg_idgen snowflake keeper: snowflake_high_water in database \"{}\" holds no mark; snowflake IDs start above {floor_unix_ms} ms since 1970 (the last commit or checkpoint this server knows of, plus pg_idgen.snowflake_max_lead)",
             self.database
         );
     }
@@ -349,16 +362,45 @@ impl Keeper {
         self.raise_floors(&committed.above(Some(&mark)));
         self.committed_here = Some(committed);
         state.set_wal_mark(mark_unix_ms(&committed));
-        match state_file::write_durably(self.data_dir, &state_file::render(&mark)) {
+        if self.write_state_file(&mark) {
+            for (g, limit) in generators.iter().zip(&limits) {
+                g.persisted(*limit);
+            }
+        }
+    }
+
+    /// On a standby: a replayed mark above what this server knew raises the
+    /// generators' floors and goes into its own state file, so that after a
+    /// restart — which replays only from the last restartpoint — it still
+    /// knows the mark, even if the row is gone by the time it is promoted.
+    fn remember_replayed(&mut self, mark: &HighWater) {
+        let above = mark.above(self.replayed_here.as_ref());
+        if above.main < 0 && above.javascript < 0 {
+            return;
+        }
+        self.raise_floors(&above);
+        let known = self.replayed_here.map_or(*mark, |before| HighWater {
+            main: before.main.max(mark.main),
+            javascript: before.javascript.max(mark.javascript),
+            ..*mark
+        });
+        if self.write_state_file(&known) {
+            self.replayed_here = Some(known);
+        }
+    }
+
+    /// Writes the state file durably; a failure is counted for the callers
+    /// and logged once.
+    fn write_state_file(&mut self, mark: &HighWater) -> bool {
+        match state_file::write_durably(self.data_dir, &state_file::render(mark)) {
             Ok(()) => {
-                for (g, limit) in generators.iter().zip(&limits) {
-                    g.persisted(*limit);
-                }
-                state.keeper_wrote(0);
+                self.state.keeper_wrote(0);
                 self.file_failing = false;
+                true
             }
             Err(e) => {
-                state.keeper_wrote(e.raw_os_error().unwrap_or(libc::EIO));
+                self.state
+                    .keeper_wrote(e.raw_os_error().unwrap_or(libc::EIO));
                 if !self.file_failing {
                     self.file_failing = true;
                     IdgenError::StateFileWriteFailed {
@@ -366,9 +408,26 @@ impl Keeper {
                     }
                     .warn();
                 }
+                false
             }
         }
     }
+}
+
+/// The time (Unix seconds) of the last checkpoint (on a standby: of the
+/// primary's checkpoint its last restartpoint replayed), from pg_control.
+fn last_checkpoint_unix_s() -> Option<i64> {
+    let mut crc_ok = false;
+    // SAFETY: DataDir is set in every server process; get_controlfile
+    // reads the file into palloc'd memory (or raises an ERROR, which the
+    // keeper's transaction wrapper does not catch here: the worker exits
+    // and the postmaster starts it again).
+    let control = unsafe { pg_sys::get_controlfile(pg_sys::DataDir, &mut crc_ok) };
+    if control.is_null() || !crc_ok {
+        return None;
+    }
+    // SAFETY: `control` is a valid ControlFileData, checked above.
+    Some(unsafe { (*control).checkPointCopy.time })
 }
 
 /// The time (Unix ms) no ID under `mark` is above, for the status view.

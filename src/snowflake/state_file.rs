@@ -128,6 +128,31 @@ impl HighWater {
     }
 }
 
+/// When the WAL-logged mark is missing at a start (its row deleted, or the
+/// extension dropped and created again): the time (Unix ms) no ID in the
+/// data can be above, or `None` when nothing was ever issued from this data
+/// directory (no commit replayed and no state file: a first start).
+///
+/// Every ID in the data was issued before its row's commit, and no further
+/// ahead of the clock than `max_lead_ms` (if it was never set higher). A
+/// commit replayed since the start bounds the ones after the last
+/// checkpoint; the checkpoint's time (whole seconds, so one more is added)
+/// bounds those before it, which a standby restarted after a restartpoint
+/// does not replay again.
+pub fn floor_without_a_mark(
+    last_replayed_commit_unix_ms: Option<i64>,
+    checkpoint_unix_s: Option<i64>,
+    file_had_a_mark: bool,
+    max_lead_ms: i64,
+) -> Option<i64> {
+    if last_replayed_commit_unix_ms.is_none() && !file_had_a_mark {
+        return None;
+    }
+    let checkpoint_ms = checkpoint_unix_s.map(|s| s.saturating_add(1).saturating_mul(1000));
+    let known = last_replayed_commit_unix_ms.max(checkpoint_ms)?;
+    Some(known.saturating_add(max_lead_ms))
+}
+
 /// Renders the file's content.
 pub fn render(state: &HighWater) -> String {
     let l = &state.layout;
@@ -351,6 +376,33 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         dir
+    }
+
+    #[test]
+    fn without_a_mark_the_floor_is_above_the_last_commit_and_checkpoint_known() {
+        let lead = 5_000;
+        // A first start: nothing replayed, no file.
+        assert_eq!(
+            floor_without_a_mark(None, Some(1_764_000_000), false, lead),
+            None
+        );
+        // A promotion or crash recovery: the later of the two.
+        let commit = 1_764_000_000_500;
+        assert_eq!(
+            floor_without_a_mark(Some(commit), Some(1_763_999_000), true, lead),
+            Some(commit + lead)
+        );
+        assert_eq!(
+            floor_without_a_mark(Some(commit), Some(1_764_000_003), false, lead),
+            Some(1_764_000_004_000 + lead)
+        );
+        // A standby restarted after its restartpoint replays no commit: the
+        // checkpoint's time, rounded up to the next second.
+        assert_eq!(
+            floor_without_a_mark(None, Some(1_764_000_003), true, lead),
+            Some(1_764_000_004_000 + lead)
+        );
+        assert_eq!(floor_without_a_mark(None, None, true, lead), None);
     }
 
     #[test]

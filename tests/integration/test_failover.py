@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 
 import psycopg
 import pytest
@@ -173,12 +174,16 @@ def test_a_point_in_time_restore_continues_above_every_id_it_holds(make_cluster)
         shutil.rmtree(wal_archive, ignore_errors=True)
 
 
+@pytest.mark.parametrize("standby_restarted", [False, True], ids=["promoted", "restarted-then-promoted"])
 @pytest.mark.parametrize("lost_by", ["DELETE FROM snowflake_high_water", "DROP EXTENSION pg_idgen"])
-def test_a_failover_after_the_marks_row_is_lost_still_continues_above_every_id(make_cluster, lost_by):
+def test_a_failover_after_the_marks_row_is_lost_still_continues_above_every_id(make_cluster, lost_by,
+                                                                               standby_restarted):
     """The row deleted (or the extension dropped, then created again as the
-    55000 hint says) on the primary, replayed, and the standby promoted at
-    once: "no mark" is not "nothing issued" — it starts above the last
-    replayed commit plus snowflake_max_lead."""
+    55000 hint says) on the primary, replayed, and the standby promoted —
+    at once, or after a restartpoint and a restart, so that it replays no
+    commit before its promotion (found by adversarial review): "no mark"
+    is not "nothing issued" — it starts above the last commit or checkpoint
+    it knows of plus snowflake_max_lead."""
     primary = make_cluster(conf=NARROW)
     primary.start()
     primary.sql("CREATE EXTENSION pg_idgen")
@@ -189,8 +194,17 @@ def test_a_failover_after_the_marks_row_is_lost_still_continues_above_every_id(m
         for _ in range(2):
             conn.execute("INSERT INTO events SELECT snowflake_nextval() FROM generate_series(1, 200000)")
     assert lead_ms(primary, app) > BURST_LEAD_MS
+    # The keeper's last commit for the bursts lands first (it would put the
+    # row back).
+    time.sleep(1)
     primary.sql(lost_by)
     assert replayed(primary, standby)
+    if standby_restarted:
+        primary.sql("CHECKPOINT")
+        assert replayed(primary, standby)
+        standby.sql("CHECKPOINT")
+        standby.restart()
+        assert replayed(primary, standby)
     primary.stop("immediate")
     promote(standby)
     if lost_by.startswith("DROP"):
