@@ -47,3 +47,18 @@ CREATE TRIGGER id_segment_max_id_never_decreases
     AFTER UPDATE ON id_segment
     FOR EACH ROW WHEN (NEW.max_id < OLD.max_id OR NEW.biz_tag <> OLD.biz_tag)
     EXECUTE FUNCTION id_segment_guard();
+
+-- The WAL-logged snowflake mark is never deleted or lowered (see
+-- src/snowflake/guard.rs); the keeper's commits only raise it, so the
+-- WHEN clause keeps the UPDATE trigger off them.
+CREATE TRIGGER snowflake_high_water_never_lost
+    AFTER DELETE ON snowflake_high_water
+    FOR EACH ROW EXECUTE FUNCTION snowflake_high_water_guard();
+CREATE TRIGGER snowflake_high_water_never_truncated
+    AFTER TRUNCATE ON snowflake_high_water
+    FOR EACH STATEMENT EXECUTE FUNCTION snowflake_high_water_guard();
+CREATE TRIGGER snowflake_high_water_never_decreases
+    AFTER UPDATE ON snowflake_high_water
+    FOR EACH ROW WHEN (NEW.default_high_id < OLD.default_high_id
+                       OR NEW.javascript_high_id < OLD.javascript_high_id)
+    EXECUTE FUNCTION snowflake_high_water_guard();

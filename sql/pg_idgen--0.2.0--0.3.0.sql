@@ -24,6 +24,21 @@ CREATE TABLE snowflake_high_water (
 COMMENT ON TABLE snowflake_high_water IS 'pg_idgen: no snowflake ID of this cluster is above these (in pg_idgen.snowflake_database; written by the snowflake keeper)';
 SELECT pg_catalog.pg_extension_config_dump('snowflake_high_water', '');
 
+-- Never deleted or lowered (src/snowflake/guard.rs).
+CREATE FUNCTION snowflake_high_water_guard() RETURNS trigger
+    LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_high_water_guard_wrapper';
+CREATE TRIGGER snowflake_high_water_never_lost
+    AFTER DELETE ON snowflake_high_water
+    FOR EACH ROW EXECUTE FUNCTION snowflake_high_water_guard();
+CREATE TRIGGER snowflake_high_water_never_truncated
+    AFTER TRUNCATE ON snowflake_high_water
+    FOR EACH STATEMENT EXECUTE FUNCTION snowflake_high_water_guard();
+CREATE TRIGGER snowflake_high_water_never_decreases
+    AFTER UPDATE ON snowflake_high_water
+    FOR EACH ROW WHEN (NEW.default_high_id < OLD.default_high_id
+                       OR NEW.javascript_high_id < OLD.javascript_high_id)
+    EXECUTE FUNCTION snowflake_high_water_guard();
+
 -- snowflake_status shows the WAL-logged mark and why it cannot be written;
 -- a return type cannot be changed in place, so the function (and the view
 -- over it) are made anew.

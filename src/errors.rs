@@ -256,6 +256,10 @@ pub enum IdgenError {
     StateFileWriteFailed {
         problem: String,
     },
+    /// A DELETE, TRUNCATE or lowering UPDATE of `snowflake_high_water`.
+    SnowflakeMarkLowered {
+        operation: &'static str,
+    },
     /// A warning: a primary started from a base backup, still on the
     /// backup's timeline, with a fixed machine id.
     SnowflakeServerMayBeACopy {
@@ -430,6 +434,7 @@ impl IdgenError {
             IdgenError::HostnameMachineIdDoubt { .. } => ERRCODE_WARNING,
             IdgenError::StateFileWriteFailed { .. } => ERRCODE_IO_ERROR,
             IdgenError::SnowflakeServerMayBeACopy { .. } => ERRCODE_WARNING,
+            IdgenError::SnowflakeMarkLowered { .. } => ERRCODE_CHECK_VIOLATION,
         }
     }
 
@@ -600,6 +605,9 @@ impl IdgenError {
             IdgenError::StateFileWriteFailed { problem } => {
                 format!("pg_idgen: could not write {STATE_FILE}: {problem}")
             }
+            IdgenError::SnowflakeMarkLowered { operation } => format!(
+                "{operation} on snowflake_high_water would lose or lower the snowflake high-water mark: a promoted standby, a restore or a restart would then start below IDs already issued"
+            ),
             IdgenError::SnowflakeServerMayBeACopy { machine_id, timeline } => format!(
                 "pg_idgen: this primary started from a base backup and still runs on the backup's timeline {timeline}, with pg_idgen.machine_id = {machine_id}: if the server it was copied from is still running with that machine id, both issue the same snowflake IDs"
             ),
@@ -692,6 +700,7 @@ impl IdgenError {
             IdgenError::FallbackIds { .. } => "pg_idgen.snowflake_fallback is on. These IDs are far larger than the tag's own; segment_status.fallback_ids counts them.".into(),
             IdgenError::HostnameMachineIdDoubt { .. } => "Two servers with the same machine id can issue the same snowflake IDs. 'hostname' suits the pods of one StatefulSet (pg-0, pg-1, ...); elsewhere set pg_idgen.machine_id to a number unique to each server.".into(),
             IdgenError::StateFileWriteFailed { .. } => "Snowflake IDs wait until it can be written; check the data directory's space and permissions.".into(),
+            IdgenError::SnowflakeMarkLowered { .. } => "Leave the row to the snowflake keeper, which only raises it. A superuser who means it (no snowflake ID issued so far is kept anywhere) runs the statement after SET LOCAL pg_idgen.allow_max_id_decrease = on in the same transaction.".into(),
             IdgenError::SnowflakeServerMayBeACopy { .. } => format!(
                 "Give one of the two its own pg_idgen.machine_id (or 'lease') and restart it. A standby that was promoted, or a restore with recovery.signal, starts a new timeline and is not a copy. If the original is gone for good (the server was moved), remove {BACKUP_LABEL_OLD} from the data directory to end this warning."
             ),

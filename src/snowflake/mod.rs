@@ -20,6 +20,7 @@
 //! * `shared`: the state in shared memory and `next_id`.
 //! * `keeper`: the worker that persists the high-water mark.
 //! * `wal_mark`: the mark's row in `snowflake_high_water`, in the WAL.
+//! * `guard`: the trigger that keeps that row from being deleted or lowered.
 //! * `lease_keeper`: the worker that claims and renews this server's lease
 //!   through postgres_fdw and tells the generators.
 //! * `sql`, `status`: the SQL functions and the status view.
@@ -28,6 +29,7 @@ pub mod backup_copy;
 pub mod clock;
 pub mod config;
 pub mod generator;
+pub mod guard;
 pub mod keeper;
 pub mod layout;
 pub mod lease;

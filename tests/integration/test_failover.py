@@ -114,6 +114,38 @@ def test_a_base_backup_started_as_a_second_primary_is_warned_about(make_cluster)
     assert COPY_WARNING not in primary.log()
 
 
+def test_the_mark_cannot_be_deleted_truncated_or_lowered(make_cluster):
+    """Without its row a promotion or restore can only guess how far ahead
+    IDs were issued; with a lowered row it would start below them: the
+    guard refuses both (23514, naming the override), and lets the keeper's
+    own raises through."""
+    c = make_cluster(conf=NARROW)
+    c.start()
+    c.sql("CREATE EXTENSION pg_idgen")
+    c.sql("SELECT snowflake_nextval()")
+    (high,), = c.sql("SELECT default_high_id FROM snowflake_high_water")
+    for statement in ["DELETE FROM snowflake_high_water", "TRUNCATE snowflake_high_water",
+                      "UPDATE snowflake_high_water SET default_high_id = 0",
+                      "UPDATE snowflake_high_water SET javascript_high_id = javascript_high_id - 1"]:
+        with pytest.raises(psycopg.errors.CheckViolation) as caught:
+            c.sql(statement)
+        assert "would lose or lower the snowflake high-water mark" in str(caught.value)
+        assert "pg_idgen.allow_max_id_decrease" in caught.value.diag.message_hint
+    assert c.sql("SELECT default_high_id FROM snowflake_high_water") == [(high,)]
+    # Raising it is no harm; a role that is not a superuser cannot override.
+    c.sql("UPDATE snowflake_high_water SET default_high_id = default_high_id + 1")
+    c.sql("CREATE ROLE app")
+    with c.connect() as conn:
+        conn.execute("SET ROLE app")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("SET pg_idgen.allow_max_id_decrease = on")
+    # The keeper goes on committing above it.
+    with c.connect() as conn:
+        conn.execute("SELECT count(snowflake_nextval()) FROM generate_series(1, 100000)")
+    assert wait_for(lambda: c.sql("SELECT default_high_id > %s FROM snowflake_high_water", (high + 1,))
+                    == [(True,)], timeout=30)
+
+
 def test_a_restart_after_the_state_file_is_lost_continues_above_the_wal_mark(make_cluster):
     """A crash, and the state file removed: the mark comes back from the
     WAL (crash recovery replays the table's row), not from the clock."""
@@ -175,11 +207,14 @@ def test_a_point_in_time_restore_continues_above_every_id_it_holds(make_cluster)
 
 
 @pytest.mark.parametrize("standby_restarted", [False, True], ids=["promoted", "restarted-then-promoted"])
-@pytest.mark.parametrize("lost_by", ["DELETE FROM snowflake_high_water", "DROP EXTENSION pg_idgen"])
+@pytest.mark.parametrize("lost_by", [
+    "SET pg_idgen.allow_max_id_decrease = on; DELETE FROM snowflake_high_water",
+    "DROP EXTENSION pg_idgen"], ids=["DELETE", "DROP EXTENSION"])
 def test_a_failover_after_the_marks_row_is_lost_still_continues_above_every_id(make_cluster, lost_by,
                                                                                standby_restarted):
-    """The row deleted (or the extension dropped, then created again as the
-    55000 hint says) on the primary, replayed, and the standby promoted —
+    """The row deleted (by a superuser, past the guard) or the extension
+    dropped, then created again as the 55000 hint says, on the primary,
+    replayed, and the standby promoted —
     at once, or after a restartpoint and a restart, so that it replays no
     commit before its promotion (found by adversarial review): "no mark"
     is not "nothing issued" — it starts above the last commit or checkpoint
