@@ -9,8 +9,10 @@ interleaved in a shuffled order.
 Two servers cannot load two libraries of one name from one installation, so
 each side gets a copy of the relocatable PostgreSQL's tree (16, 17 or 18;
 PG_BIN names it) with its own pg_idgen.so. The cost is measured as in
-bench.py: `SELECT count(f()) FROM generate_series(1, N)` less the bare
-query, divided by N. Writes release_delta.md and release_delta.json to
+bench.py — `SELECT count(f()) FROM generate_series(1, N)` less the bare
+query, divided by N — but in the backend's CPU time (/proc/PID/schedstat),
+not wall time: the difference sought is a few ns per ID, and on a shared
+2-core machine wall time swings by tens. Writes release_delta.md and release_delta.json to
 --out; --update-readme puts the table into the README (marker
 bench-release)."""
 
@@ -22,15 +24,27 @@ import statistics
 import subprocess
 import tempfile
 
-from bench import PG_BIN, bench_command, describe_machine, parse_run_args, progress, spread, timed, update_readme
+from bench import PG_BIN, bench_command, describe_machine, parse_run_args, progress, spread, update_readme
 from cluster import Cluster
 from releases import RELEASES, build_release, pg_config_value
 
 BEFORE = "0.2.0"
-MODES = {"full": dict(n=5_000_000, rounds=7), "quick": dict(n=300_000, rounds=2)}
+MODES = {"full": dict(n=1_000_000, rounds=81), "quick": dict(n=300_000, rounds=2)}
 FUNCTIONS = {"snowflake_nextval()": "snowflake_nextval()",
              "segment_nextval, step 1,000": "segment_nextval('step1000')"}
 CONF = ["shared_buffers = '256MB'", "synchronous_commit = off"]
+
+
+def cpu_timed(conn, pid, query):
+    """CPU seconds the backend `pid` spent on `query` (/proc/PID/schedstat,
+    in ns): unlike wall time, not inflated when another process takes the
+    core (the two sides share two cores with everything else)."""
+    def cpu_ns():
+        with open(f"/proc/{pid}/schedstat") as f:
+            return int(f.read().split()[0])
+    started = cpu_ns()
+    conn.execute(query).fetchall()
+    return (cpu_ns() - started) / 1e9
 
 
 def copy_of_postgres(work, side):
@@ -74,19 +88,25 @@ def main():
         costs = {side: {label: [] for label in FUNCTIONS} for side in clusters}
         n = settings["n"]
         conns = {side: cluster.connect() for side, cluster in clusters.items()}
+        pids = {side: conn.execute("SELECT pg_backend_pid()").fetchone()[0] for side, conn in conns.items()}
         for round_no in range(1, settings["rounds"] + 1):
             work_items = [(side, label) for side in clusters for label in FUNCTIONS]
             random.shuffle(work_items)
             for side, label in work_items:
-                conn = conns[side]
-                bare = timed(conn, f"SELECT count(*) FROM generate_series(1, {n})")
-                seconds = timed(conn, f"SELECT count({FUNCTIONS[label]}) FROM generate_series(1, {n})")
-                bare = (bare + timed(conn, f"SELECT count(*) FROM generate_series(1, {n})")) / 2
+                conn, pid = conns[side], pids[side]
+                bare = cpu_timed(conn, pid, f"SELECT count(*) FROM generate_series(1, {n})")
+                seconds = cpu_timed(conn, pid, f"SELECT count({FUNCTIONS[label]}) FROM generate_series(1, {n})")
+                bare = (bare + cpu_timed(conn, pid, f"SELECT count(*) FROM generate_series(1, {n})")) / 2
                 costs[side][label].append((seconds - bare) / n * 1e9)
-                progress(f"round {round_no}: {side}: {label}: {costs[side][label][-1]:.1f} ns per ID")
+                pass
+        # Whether calls waited for the keeper's mark (a WAL commit since
+        # 0.3.0) or for the clock, on the whole run.
+        waits = {side: dict(zip(("persist_waits", "lead_waits"), conn.execute(
+            "SELECT persist_waits, lead_waits FROM snowflake_status WHERE generator = 'default'").fetchone()))
+            for side, conn in conns.items()}
         for conn in conns.values():
             conn.close()
-        results = {"command": bench_command(args.quick, "release_delta.py"), "n": n,
+        results = {"waits": waits, "command": bench_command(args.quick, "release_delta.py"), "n": n,
                    "rounds": settings["rounds"], "before": BEFORE, "commit_before": RELEASES[BEFORE],
                    "machine": describe_machine(clusters["this tree"], dbname="postgres"), "marginal_ns": costs}
     finally:
@@ -109,7 +129,7 @@ def markdown(results):
     m, before = results["machine"], results["before"]
     lines = [f"{m['postgres']}, {m['cpu']}, {m['cores']} cores; commit {m['commit']} against {before} "
              f"(commit {results['commit_before']}), {m['date']}; `{results['command']}`; "
-             f"N = {results['n']:,}, median (and range) of {results['rounds']} interleaved rounds.",
+             f"N = {results['n']:,}, backend CPU time, median (and range) of {results['rounds']} interleaved rounds.",
              "",
              f"| per ID, over the bare query | {before} | this tree | this tree / {before} |",
              "|---|---:|---:|---:|"]
@@ -119,6 +139,10 @@ def markdown(results):
         ratio = statistics.median(new) / statistics.median(old)
         lines.append(f"| `{label}` | {statistics.median(old):.1f} ns ({spread(old)}) | "
                      f"{statistics.median(new):.1f} ns ({spread(new)}) | {ratio:.2f} |")
+    waits = results["waits"]
+    lines += ["", "Waits of `snowflake_nextval()` over the run (`snowflake_status`): " + "; ".join(
+        f"{side}: {w['persist_waits']:,} for the keeper's mark, {w['lead_waits']:,} for the clock"
+        for side, w in waits.items()) + "."]
     return "\n".join(lines) + "\n"
 
 
