@@ -92,5 +92,26 @@ SELECT snowflake_nextval() > 0 AS anyone_may_draw;
 RESET ROLE;
 DROP ROLE idgen_snowflake_nobody;
 
+-- The WAL-logged mark is never deleted, truncated or lowered (23514); the
+-- keeper's row lives in pg_idgen.snowflake_database, this one stands in.
+INSERT INTO snowflake_high_water (epoch_ms, time_bits, machine_bits, sequence_bits,
+                                  default_high_id, javascript_high_id)
+    VALUES (1735689600000, 41, 10, 12, 1000, 1000);
+DELETE FROM snowflake_high_water;
+\echo :LAST_ERROR_SQLSTATE
+UPDATE snowflake_high_water SET default_high_id = 999;
+\echo :LAST_ERROR_SQLSTATE
+UPDATE snowflake_high_water SET javascript_high_id = 999;
+\echo :LAST_ERROR_SQLSTATE
+TRUNCATE snowflake_high_water;
+\echo :LAST_ERROR_SQLSTATE
+UPDATE snowflake_high_water SET default_high_id = 1001;
+SELECT default_high_id, javascript_high_id FROM snowflake_high_water;
+BEGIN;
+SET LOCAL pg_idgen.allow_max_id_decrease = on;
+DELETE FROM snowflake_high_water;
+COMMIT;
+SELECT count(*) AS rows_left FROM snowflake_high_water;
+
 -- Leave the database as it was found.
 DROP EXTENSION pg_idgen CASCADE;
