@@ -32,7 +32,12 @@ CREATE TABLE id_segment_remote (
     biz_tag       varchar(64) PRIMARY KEY,
     server        name        NOT NULL,
     foreign_table regclass    NOT NULL,
-    attached_at   timestamptz NOT NULL DEFAULT now()
+    attached_at   timestamptz NOT NULL DEFAULT now(),
+    -- The largest central max_id this server has taken IDs below (set
+    -- from the central row at segment_attach, raised by every refill in
+    -- the transaction that publishes the range): a central row below it
+    -- means the central server went back, and the refill is refused.
+    max_id_seen   bigint
 );
 COMMENT ON TABLE id_segment_remote IS 'pg_idgen: segment tags whose ranges come from a central server through postgres_fdw';
 SELECT pg_catalog.pg_extension_config_dump('id_segment_remote', '');

@@ -61,3 +61,11 @@ REVOKE ALL ON snowflake_status FROM PUBLIC;
 REVOKE ALL ON FUNCTION snowflake_status() FROM PUBLIC;
 GRANT SELECT ON snowflake_status TO pg_monitor;
 GRANT EXECUTE ON FUNCTION snowflake_status() TO pg_monitor;
+
+-- A shard's durable floor for each attached tag: the largest central
+-- max_id it has taken IDs below (src/segment/distributor.rs). A central
+-- row below it means the central server went back (a restore, a failover
+-- to a standby that missed refills, a row lowered or made anew), and the
+-- refill is refused. Attachments made before 0.3.0 start with none; their
+-- first refill sets it.
+ALTER TABLE id_segment_remote ADD COLUMN max_id_seen bigint;

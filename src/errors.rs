@@ -183,6 +183,13 @@ pub enum IdgenError {
     NoConnectTimeout {
         server: String,
     },
+    /// `segment_attach`, or a remote refill: the server's `options` do not
+    /// pin the central session's settings (`segment/remote_session.rs`).
+    RemoteSessionUnsafe {
+        server: String,
+        problem: String,
+        options: Option<String>,
+    },
     /// `segment_attach`: the central server has no row for the tag.
     RemoteTagMissing {
         tag: String,
@@ -311,10 +318,16 @@ pub fn refill_problem_report(problem: &RefillProblem, tag: &str) -> StoredError 
                 let e = IdgenError::UnknownTag { tag: tag.to_string() };
                 (e.code(), e.message(), e.hint())
             }
-            RefillProblem::NoRemoteRow { foreign_table } => (
+            RefillProblem::NoRemoteRow { foreign_table, max_id_seen } => (
                 ERRCODE_UNDEFINED_OBJECT,
                 format!("segment tag \"{tag}\" has no row on the central server (foreign table {foreign_table})"),
-                format!("Create it there (SELECT segment_create({}) on the central server), or segment_drop() it here.", quote_literal(tag)),
+                match max_id_seen {
+                    Some(seen) => format!(
+                        "This server has taken IDs up to {seen} from it. Create it there above what every server attached to it has taken (the largest id_segment_remote.max_id_seen of them): SELECT segment_create({}, start => {}) on the central server; or segment_drop() it here.",
+                        quote_literal(tag), seen.saturating_add(1)
+                    ),
+                    None => format!("Create it there (SELECT segment_create({}) on the central server), or segment_drop() it here.", quote_literal(tag)),
+                },
             ),
             RefillProblem::ForeignTableGone { server } => (
                 ERRCODE_UNDEFINED_TABLE,
@@ -341,6 +354,31 @@ pub fn refill_problem_report(problem: &RefillProblem, tag: &str) -> StoredError 
                 format!("segment tag \"{tag}\" is exhausted: max_id {max_id} is the largest bigint"),
                 "No more IDs can be handed out for this tag; move the table to a new tag.".to_string(),
             ),
+            RefillProblem::WriteNotApplied { read_max_id, written_max_id } => (
+                ERRCODE_TRIGGERED_ACTION_EXCEPTION,
+                format!(
+                    "the update of id_segment.max_id of segment tag \"{tag}\" from {read_max_id} left it at {written_max_id}"
+                ),
+                "A trigger or rule on id_segment changed what the version-CAS wrote. Drop it, or let it raise max_id.".to_string(),
+            ),
+            RefillProblem::CentralWentBack { server, foreign_table, max_id, seen } => (
+                ERRCODE_DATA_EXCEPTION,
+                format!(
+                    "central server \"{server}\" went back for segment tag \"{tag}\": its row (foreign table {foreign_table}) has max_id {max_id}, but this server has already taken IDs up to {seen} from it"
+                ),
+                format!(
+                    "The central server lost ranges it handed out (restored from a backup, failed over to a standby that missed them, or its row was lowered); refilling would repeat IDs, so none was handed out. On the central server, set the row to the largest id_segment_remote.max_id_seen of every server attached to it (this server's is {seen}): UPDATE id_segment SET max_id = <that value>, version = version + 1 WHERE biz_tag = {};",
+                    quote_literal(tag)
+                ),
+            ),
+            RefillProblem::RemoteSessionUnsafe { server, problem, options } => {
+                let e = IdgenError::RemoteSessionUnsafe {
+                    server: server.clone(),
+                    problem: problem.clone(),
+                    options: options.clone(),
+                };
+                (e.code(), e.message(), e.hint())
+            }
             RefillProblem::CasContention { attempts } => (
                 ERRCODE_LOCK_NOT_AVAILABLE,
                 format!("segment tag \"{tag}\" lost the version check of id_segment {attempts} times in a row to other allocators"),
@@ -418,6 +456,7 @@ impl IdgenError {
             IdgenError::NoSuchServer { .. } => ERRCODE_UNDEFINED_OBJECT,
             IdgenError::NotPostgresFdw { .. } => ERRCODE_WRONG_OBJECT_TYPE,
             IdgenError::NoConnectTimeout { .. } => ERRCODE_INVALID_PARAMETER_VALUE,
+            IdgenError::RemoteSessionUnsafe { .. } => ERRCODE_INVALID_PARAMETER_VALUE,
             IdgenError::RemoteTagMissing { .. } => ERRCODE_UNDEFINED_OBJECT,
             IdgenError::ForeignTableTaken { .. } => ERRCODE_DUPLICATE_TABLE,
             IdgenError::ExtensionDropped => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
@@ -456,6 +495,9 @@ impl IdgenError {
             ),
             IdgenError::NoConnectTimeout { server } => {
                 format!("server \"{server}\" has no connect_timeout option")
+            }
+            IdgenError::RemoteSessionUnsafe { server, problem, .. } => {
+                format!("server \"{server}\" {problem}")
             }
             IdgenError::RemoteTagMissing { tag, server } => {
                 format!("segment tag \"{tag}\" does not exist on server \"{server}\"")
@@ -630,13 +672,19 @@ impl IdgenError {
                 "Use the existing tag, or remove it first with segment_drop().".into()
             }
             IdgenError::NoSuchServer { server } => format!(
-                "Create it with postgres_fdw: CREATE EXTENSION postgres_fdw; CREATE SERVER {} FOREIGN DATA WRAPPER postgres_fdw OPTIONS (host '...', dbname '...', connect_timeout '5'); CREATE USER MAPPING FOR CURRENT_USER SERVER {} OPTIONS (user '...', password '...');",
-                quote_identifier(server), quote_identifier(server)
+                "Create it with postgres_fdw: CREATE EXTENSION postgres_fdw; CREATE SERVER {} FOREIGN DATA WRAPPER postgres_fdw OPTIONS (host '...', dbname '...', connect_timeout '5', options '{}'); CREATE USER MAPPING FOR CURRENT_USER SERVER {} OPTIONS (user '...', password '...');",
+                quote_identifier(server), crate::segment::remote_session::PINNED_OPTIONS, quote_identifier(server)
             ),
             IdgenError::NotPostgresFdw { .. } => "segment_attach takes ranges through postgres_fdw: name a server created with FOREIGN DATA WRAPPER postgres_fdw.".into(),
             IdgenError::NoConnectTimeout { server } => format!(
                 "Without it a refill can hang on an unreachable server: ALTER SERVER {} OPTIONS (ADD connect_timeout '5');",
                 quote_identifier(server)
+            ),
+            IdgenError::RemoteSessionUnsafe { server, options, .. } => format!(
+                "Ranges are taken through it only when the central server's session flushes each commit, waits at most 10ms for a row lock and ends a transaction left idle: ALTER SERVER {} OPTIONS ({} options {});",
+                quote_identifier(server),
+                if options.is_some() { "SET" } else { "ADD" },
+                quote_literal(&crate::segment::remote_session::fixed_options(options.as_deref()))
             ),
             IdgenError::RemoteTagMissing { tag, .. } => format!(
                 "Create it on the central server first (SELECT segment_create({}) there, or INSERT the tag's row into its id_segment), then attach it here.",

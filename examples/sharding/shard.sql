@@ -12,7 +12,9 @@ CREATE EXTENSION IF NOT EXISTS postgres_fdw;
 CREATE SERVER central FOREIGN DATA WRAPPER postgres_fdw
     OPTIONS (host :'central_host', port :'central_port', dbname :'central_db',
              connect_timeout '5', keepalives_idle '10', keepalives_interval '5',
-             keepalives_count '3');
+             keepalives_count '3',
+             -- pinned on the central server's session (segment_attach checks):
+             options '-c synchronous_commit=on -c lock_timeout=10ms -c idle_in_transaction_session_timeout=5s');
 CREATE USER MAPPING FOR CURRENT_USER SERVER central OPTIONS (user :'central_user');
 SELECT segment_attach('orders', 'central');
 

@@ -9,14 +9,18 @@
 //! the tag's cached ranges with it.
 //!
 //! `segment_attach` checks the server (postgres_fdw, with a
-//! `connect_timeout`), creates the foreign table
+//! `connect_timeout`, and `options` that pin the central session:
+//! `remote_session.rs`), creates the foreign table
 //! `"<schema>.<table>@<server>"` in the extension's schema if it is not
 //! there (owned by the caller, whose user mapping the refill worker then
-//! uses), reads the tag's central row through it, and registers the tag.
+//! uses), reads the tag's central row through it, and registers the tag
+//! with that row's `max_id` as the first `max_id_seen` (the floor below
+//! which the central row means the central server went back).
 //! The refill itself is the distributor's (`distributor.rs`, "Sources").
 
 use super::created_here;
 use super::registry::registry_or_raise;
+use super::remote_session;
 use super::sql::forget_resolved;
 use super::tag::{self, check_tag, current_table_oid, table_name};
 use crate::catalog::{my_database, quote_identifier, quote_literal, table_schema};
@@ -139,13 +143,16 @@ fn spi_failed(context: &'static str) -> impl Fn(pgrx::spi::Error) -> IdgenError 
     }
 }
 
-/// Refuses a server that is missing, not postgres_fdw, or without a
-/// connect timeout.
+/// Refuses a server that is missing, not postgres_fdw, without a connect
+/// timeout, or whose `options` do not pin the central session's settings
+/// (`remote_session.rs`).
 fn check_server(client: &SpiClient<'_>, server: &str) -> Result<(), IdgenError> {
     let rows = client
         .select(
             "SELECT w.fdwname::pg_catalog.text, \
-                    coalesce(pg_catalog.array_to_string(s.srvoptions, ','), '') \
+                    coalesce(pg_catalog.array_to_string(s.srvoptions, ','), ''), \
+                    (SELECT o.option_value FROM pg_catalog.pg_options_to_table(s.srvoptions) o \
+                      WHERE o.option_name OPERATOR(pg_catalog.=) 'options') \
                FROM pg_catalog.pg_foreign_server s \
                JOIN pg_catalog.pg_foreign_data_wrapper w ON w.oid OPERATOR(pg_catalog.=) s.srvfdw \
               WHERE s.srvname OPERATOR(pg_catalog.=) $1",
@@ -173,6 +180,14 @@ fn check_server(client: &SpiClient<'_>, server: &str) -> Result<(), IdgenError> 
     {
         return Err(IdgenError::NoConnectTimeout {
             server: server.into(),
+        });
+    }
+    let session_options: Option<String> = row.get(3).ok().flatten();
+    if let Some(problem) = remote_session::problem(session_options.as_deref()) {
+        return Err(IdgenError::RemoteSessionUnsafe {
+            server: server.into(),
+            problem,
+            options: session_options,
         });
     }
     Ok(())
@@ -273,14 +288,42 @@ fn segment_attach(
                 server: server.into(),
             });
         }
+        // The central row's max_id now is the first floor: the row never
+        // goes below it unless the central server went back. (Under
+        // 0.2.0's SQL, before ALTER EXTENSION UPDATE, there is no column.)
+        let central_max_id: Option<i64> = central.first().get(1).ok().flatten();
+        let records_seen = client
+            .select(
+                &format!(
+                    "SELECT FROM pg_catalog.pg_attribute \
+                      WHERE attrelid OPERATOR(pg_catalog.=) '{registry_table}'::pg_catalog.regclass \
+                        AND attname OPERATOR(pg_catalog.=) 'max_id_seen' AND NOT attisdropped"
+                ),
+                Some(1),
+                &[],
+            )
+            .map_err(spi_failed("segment_attach: register"))?
+            .len()
+            == 1;
+        let (columns, values) = if records_seen {
+            (", max_id_seen", ", $4")
+        } else {
+            ("", "")
+        };
         let inserted = client
             .update(
                 &format!(
-                    "INSERT INTO {registry_table} (biz_tag, server, foreign_table) \
-                     VALUES ($1, $2, $3::pg_catalog.regclass) ON CONFLICT (biz_tag) DO NOTHING"
+                    "INSERT INTO {registry_table} (biz_tag, server, foreign_table{columns}) \
+                     SELECT $1, $2, $3::pg_catalog.regclass{values} \
+                     ON CONFLICT (biz_tag) DO NOTHING"
                 ),
                 None,
-                &[tag.into(), server.into(), qualified.as_str().into()],
+                &[
+                    tag.into(),
+                    server.into(),
+                    qualified.as_str().into(),
+                    central_max_id.into(),
+                ],
             )
             .map_err(spi_failed("segment_attach: register"))?;
         if inserted.is_empty() {

@@ -7,14 +7,18 @@
 //! SELECT max_id, step, version FROM <ext schema>.id_segment WHERE biz_tag = $1;
 //! UPDATE <ext schema>.id_segment
 //!    SET max_id = max_id + $2, version = version + 1, updated_at = now()
-//!  WHERE biz_tag = $1 AND version = $3      -- 0 rows: someone else won, read again
-//! RETURNING max_id;                         -- the range is (max_id - $2, max_id]
+//!  WHERE biz_tag = $1 AND version = $3 AND max_id = $4
+//! RETURNING max_id;       -- 0 rows: someone else won, read again
 //! ```
 //!
-//! The new `max_id` is computed from the row as the UPDATE finds it, not
-//! written as an absolute value, so an outside program that adds `step`
-//! without bumping `version` is never overwritten: the range granted is the
-//! one below the `max_id` the UPDATE returns.
+//! The UPDATE matches only the row exactly as it was read, so an outside
+//! program that adds `step` without bumping `version` makes the CAS fail
+//! and be read again, never overwritten. The range granted is the part of
+//! `(read max_id, read max_id + $2]` below the `max_id` the UPDATE left
+//! (`policy::granted_range`): a trigger that caps or rewrites the update
+//! shortens the range, and one that keeps `max_id` where it was makes the
+//! refill fail; the range never reaches below the `max_id` it was read
+//! from.
 //!
 //! The worker waits at most `ROW_LOCK_WAIT` for the row lock (a session
 //! holding the row is retried on a later pass), so one tag's trouble never
@@ -37,19 +41,36 @@
 //! tag in `id_segment_remote` (`segment_attach`) — the `id_segment` of a
 //! central server, through the postgres_fdw foreign table named there. The
 //! CAS is the same statements on the foreign table, run as that table's
-//! owner (whose user mapping postgres_fdw uses). postgres_fdw commits the
-//! remote transaction just before the local one, so the range is committed
-//! on the central server before the worker publishes it; a failure between
-//! the two commits leaves a gap. The remote transaction is REPEATABLE READ,
-//! so a CAS that loses to another allocator there fails with a
-//! serialization error (40001) rather than matching no row: the worker
-//! retries the whole refill in a new transaction (`worker.rs`). Each
-//! remote refill runs under `statement_timeout = pg_idgen.remote_timeout`,
-//! which postgres_fdw turns into a cancel of the remote statement. Every name is schema-qualified and the
+//! owner (whose user mapping postgres_fdw uses).
+//!
+//! A remote refill, in order:
+//! 1. The server's `options` must pin the central session
+//!    (`remote_session.rs`): `synchronous_commit` not off, `lock_timeout`
+//!    at most 10 ms, an `idle_in_transaction_session_timeout`. The
+//!    worker's own `SET LOCAL`s never reach the central server.
+//! 2. `statement_timeout = pg_idgen.remote_timeout`, which postgres_fdw
+//!    turns into a cancel of the remote statement.
+//! 3. The CAS, with the tag's `id_segment_remote.max_id_seen` (and the IDs
+//!    this server handed out) as the floor: a central row below it means
+//!    the central server went back, and the refill is refused
+//!    (`CentralWentBack`) before anything is written.
+//! 4. `max_id_seen` is raised to the range's end in the local transaction.
+//!    postgres_fdw commits the remote transaction just before the local
+//!    one, so the range is committed (and flushed) on the central server
+//!    before the mark and the range are; a failure between the two commits
+//!    leaves a gap. So the largest `max_id_seen` over every shard covers
+//!    every ID any of them handed out: the value to restore a central row
+//!    to.
+//!
+//! The remote transaction is REPEATABLE READ, so a CAS that loses to
+//! another allocator there fails with a serialization error (40001) rather
+//! than matching no row: the worker retries the whole refill in a new
+//! transaction (`worker.rs`). Every name is schema-qualified and the
 //! transaction's `search_path` is `pg_catalog, pg_temp`, so no object a user
 //! creates can change what these statements do.
 
-use super::policy::{plan_range, RefillProblem};
+use super::policy::{granted_range, plan_range, RefillProblem};
+use super::remote_session;
 use crate::catalog::as_owner;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -89,6 +110,15 @@ struct Table {
 struct RemoteSource {
     qualified_name: String,
     owner: pg_sys::Oid,
+    /// The postgres_fdw server of the foreign table, and its `options`.
+    server: String,
+    server_options: Option<String>,
+    /// The largest central `max_id` this server took a range below
+    /// (`id_segment_remote.max_id_seen`; `None` before the first refill
+    /// under 0.3.0, or under older SQL without the column).
+    max_id_seen: Option<i64>,
+    /// `id_segment_remote` has the `max_id_seen` column (0.3.0's SQL).
+    records_seen: bool,
 }
 
 /// The remote source of `tag`, if it has one (`id_segment_remote` sits in
@@ -106,10 +136,16 @@ fn find_remote(
         &format!(
             "SELECT pg_catalog.quote_ident(n.nspname) OPERATOR(pg_catalog.||) '.' \
                     OPERATOR(pg_catalog.||) pg_catalog.quote_ident(c.relname), c.relowner, \
-                    r.server::pg_catalog.text \
+                    r.server::pg_catalog.text, s.srvname::pg_catalog.text, \
+                    (SELECT o.option_value FROM pg_catalog.pg_options_to_table(s.srvoptions) o \
+                      WHERE o.option_name OPERATOR(pg_catalog.=) 'options'), \
+                    (pg_catalog.to_jsonb(r) OPERATOR(pg_catalog.->>) 'max_id_seen')::pg_catalog.int8, \
+                    pg_catalog.to_jsonb(r) OPERATOR(pg_catalog.?) 'max_id_seen' \
                FROM {remote_table} r \
                LEFT JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) r.foreign_table \
                LEFT JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace \
+               LEFT JOIN pg_catalog.pg_foreign_table ft ON ft.ftrelid OPERATOR(pg_catalog.=) c.oid \
+               LEFT JOIN pg_catalog.pg_foreign_server s ON s.oid OPERATOR(pg_catalog.=) ft.ftserver \
               WHERE r.biz_tag OPERATOR(pg_catalog.=) $1"
         ),
         Some(1),
@@ -119,13 +155,22 @@ fn find_remote(
         return Ok(None);
     }
     let row = rows.first();
+    let registered_server = row.get::<String>(3)?.unwrap_or_default();
     Ok(Some(
-        match (row.get::<String>(1)?, row.get::<pg_sys::Oid>(2)?) {
-            (Some(qualified_name), Some(owner)) => Ok(RemoteSource {
+        match (
+            row.get::<String>(1)?,
+            row.get::<pg_sys::Oid>(2)?,
+            row.get::<String>(4)?,
+        ) {
+            (Some(qualified_name), Some(owner), Some(server)) => Ok(RemoteSource {
                 qualified_name,
                 owner,
+                server,
+                server_options: row.get::<String>(5)?,
+                max_id_seen: row.get::<i64>(6)?,
+                records_seen: row.get::<bool>(7)?.unwrap_or(false),
             }),
-            _ => Err(row.get::<String>(3)?.unwrap_or_default()),
+            _ => Err(registered_server),
         },
     ))
 }
@@ -196,46 +241,96 @@ pub fn take_range(
                 Ok(remote) => remote,
                 Err(server) => return Ok(Err(RefillProblem::ForeignTableGone { server })),
             };
-            client.update(
-                "SELECT pg_catalog.set_config('statement_timeout', $1, true)",
-                None,
-                &[format!("{}ms", crate::gucs::REMOTE_TIMEOUT_MS.get()).into()],
-            )?;
-            let source = Table {
-                qualified_name: remote.qualified_name,
-                remote_registry: None,
-                oid: table.oid,
-                owner: remote.owner,
-            };
-            return as_owner(remote.owner, || {
-                let granted = cas(client, &source, tag, steps, bound_table, handed_out)?;
-                Ok(granted.map(|g| Granted { remote: true, ..g }).map_err(
-                    |problem| match problem {
-                        RefillProblem::NoRow => RefillProblem::NoRemoteRow {
-                            foreign_table: source.qualified_name.clone(),
-                        },
-                        other => other,
-                    },
-                ))
-            });
+            return take_remote_range(client, &table, remote, tag, steps, bound_table, handed_out);
         }
-        as_owner(table.owner, || {
-            cas(client, &table, tag, steps, bound_table, handed_out)
-        })
+        let handed_out = handed_out.filter(|_| bound_table == 0 || bound_table == table.oid);
+        as_owner(table.owner, || cas(client, &table, tag, steps, handed_out))
     })
 }
 
-/// The CAS loop of `take_range`, run as the table's owner.
-fn cas(
+/// A remote tag's refill: the CAS on the central row through its foreign
+/// table, under the central session's settings the server pins
+/// (`remote_session.rs`), refused when the row is below what this server
+/// already took from it; then the new mark in `id_segment_remote`, in the
+/// local transaction that commits right after the remote one.
+fn take_remote_range(
     client: &mut SpiClient<'_>,
     table: &Table,
+    remote: RemoteSource,
     tag: &str,
     steps: u64,
     bound_table: u32,
     handed_out: Option<i64>,
 ) -> Result<Result<Granted, RefillProblem>, pgrx::spi::Error> {
+    if let Some(problem) = remote_session::problem(remote.server_options.as_deref()) {
+        return Ok(Err(RefillProblem::RemoteSessionUnsafe {
+            server: remote.server,
+            problem,
+            options: remote.server_options,
+        }));
+    }
+    client.update(
+        "SELECT pg_catalog.set_config('statement_timeout', $1, true)",
+        None,
+        &[format!("{}ms", crate::gucs::REMOTE_TIMEOUT_MS.get()).into()],
+    )?;
+    let source = Table {
+        qualified_name: remote.qualified_name.clone(),
+        remote_registry: None,
+        oid: table.oid,
+        owner: remote.owner,
+    };
+    let handed_out = handed_out.filter(|_| bound_table == 0 || bound_table == table.oid);
+    let floor = handed_out.max(remote.max_id_seen);
+    let granted = as_owner(remote.owner, || cas(client, &source, tag, steps, floor))?;
+    let granted = match granted {
+        Ok(granted) => granted,
+        Err(RefillProblem::NoRow) => {
+            return Ok(Err(RefillProblem::NoRemoteRow {
+                foreign_table: remote.qualified_name,
+                max_id_seen: floor,
+            }))
+        }
+        Err(RefillProblem::MaxIdBehind { max_id, handed_out }) => {
+            return Ok(Err(RefillProblem::CentralWentBack {
+                server: remote.server,
+                foreign_table: remote.qualified_name,
+                max_id,
+                seen: handed_out,
+            }))
+        }
+        Err(other) => return Ok(Err(other)),
+    };
+    if remote.records_seen {
+        // Extension objects are owned by the worker's own user; the row
+        // commits with the local transaction, after the remote commit.
+        client.update(
+            &format!(
+                "UPDATE {} SET max_id_seen = GREATEST(max_id_seen, $2) \
+                  WHERE biz_tag OPERATOR(pg_catalog.=) $1",
+                table.remote_registry.as_deref().unwrap_or_default()
+            ),
+            None,
+            &[tag.into(), (granted.first - 1 + granted.len as i64).into()],
+        )?;
+    }
+    Ok(Ok(Granted {
+        remote: true,
+        ..granted
+    }))
+}
+
+/// The CAS loop of `take_range`, run as the table's owner. `floor` is the
+/// largest ID this server already took from the row: a row below it is
+/// refused (`MaxIdBehind`).
+fn cas(
+    client: &mut SpiClient<'_>,
+    table: &Table,
+    tag: &str,
+    steps: u64,
+    floor: Option<i64>,
+) -> Result<Result<Granted, RefillProblem>, pgrx::spi::Error> {
     {
-        let handed_out = handed_out.filter(|_| bound_table == 0 || bound_table == table.oid);
         let read = format!(
             "SELECT max_id, step::pg_catalog.int8, version FROM {} WHERE biz_tag OPERATOR(pg_catalog.=) $1",
             table.qualified_name
@@ -244,6 +339,7 @@ fn cas(
             "UPDATE {} SET max_id = max_id OPERATOR(pg_catalog.+) $2, version = version OPERATOR(pg_catalog.+) 1, \
                     updated_at = pg_catalog.now() \
               WHERE biz_tag OPERATOR(pg_catalog.=) $1 AND version OPERATOR(pg_catalog.=) $3 \
+                AND max_id OPERATOR(pg_catalog.=) $4 \
           RETURNING max_id",
             table.qualified_name
         );
@@ -259,19 +355,28 @@ fn cas(
             else {
                 return Ok(Err(RefillProblem::NoRow));
             };
-            let plan = match plan_range(max_id, step, steps, handed_out) {
+            let plan = match plan_range(max_id, step, steps, floor) {
                 Ok(plan) => plan,
                 Err(problem) => return Ok(Err(problem)),
             };
             let updated = client.update(
                 write.as_str(),
                 None,
-                &[tag.into(), (plan.len as i64).into(), version.into()],
+                &[
+                    tag.into(),
+                    (plan.len as i64).into(),
+                    version.into(),
+                    max_id.into(),
+                ],
             )?;
-            if let Some(new_max_id) = updated.first().get::<i64>(1).ok().flatten() {
+            if let Some(written_max_id) = updated.first().get::<i64>(1).ok().flatten() {
+                let (first, len) = match granted_range(&plan, written_max_id) {
+                    Ok(range) => range,
+                    Err(problem) => return Ok(Err(problem)),
+                };
                 return Ok(Ok(Granted {
-                    first: new_max_id - (plan.len as i64 - 1),
-                    len: plan.len,
+                    first,
+                    len,
                     step,
                     table_oid: table.oid,
                     cas_conflicts,

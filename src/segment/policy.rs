@@ -173,6 +173,8 @@ pub enum RefillProblem {
     /// A remote tag's row is missing on the central server.
     NoRemoteRow {
         foreign_table: String,
+        /// The largest ID this server took from the row before it went.
+        max_id_seen: Option<i64>,
     },
     /// A remote tag's foreign table was dropped.
     ForeignTableGone {
@@ -190,6 +192,28 @@ pub enum RefillProblem {
     },
     CasContention {
         attempts: u64,
+    },
+    /// The CAS matched the row as it was read, but the row did not move
+    /// up: a trigger (or rule) changed what the UPDATE wrote.
+    WriteNotApplied {
+        read_max_id: i64,
+        written_max_id: i64,
+    },
+    /// A remote tag's central row is below what this server has already
+    /// taken from it (`id_segment_remote.max_id_seen`, or the IDs it
+    /// handed out): the central server went back.
+    CentralWentBack {
+        server: String,
+        foreign_table: String,
+        max_id: i64,
+        seen: i64,
+    },
+    /// The postgres_fdw server does not pin the central session's settings
+    /// a refill needs (`remote_session.rs`).
+    RemoteSessionUnsafe {
+        server: String,
+        problem: String,
+        options: Option<String>,
     },
 }
 
@@ -246,9 +270,48 @@ pub fn plan_range(
     })
 }
 
+/// The range a CAS that matched the row at `plan.first - 1` (both its
+/// `version` and its `max_id`) actually took, given the `max_id` the row
+/// holds after it: what lies between the two, and never more than planned.
+/// A trigger that caps or rewrites the update thus shortens the range
+/// instead of shifting it below the `max_id` it was read from.
+pub fn granted_range(plan: &RangePlan, written_max_id: i64) -> Result<(i64, u64), RefillProblem> {
+    let read_max_id = plan.first - 1;
+    if written_max_id <= read_max_id {
+        return Err(RefillProblem::WriteNotApplied {
+            read_max_id,
+            written_max_id,
+        });
+    }
+    let took = (i128::from(written_max_id) - i128::from(read_max_id)) as u64;
+    Ok((plan.first, took.min(plan.len)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_capped_or_rewritten_update_shortens_the_range_and_never_shifts_it() {
+        let plan = plan_range(100, 10, 5, None).unwrap();
+        assert_eq!((plan.first, plan.len, plan.new_max_id), (101, 50, 150));
+        assert_eq!(granted_range(&plan, 150), Ok((101, 50)));
+        // A BEFORE UPDATE trigger allowing one step: 10 IDs, above 100.
+        assert_eq!(granted_range(&plan, 110), Ok((101, 10)));
+        // One raising it further: still only what was planned.
+        assert_eq!(granted_range(&plan, 1_000), Ok((101, 50)));
+        for kept in [100, 99, i64::MIN] {
+            assert_eq!(
+                granted_range(&plan, kept),
+                Err(RefillProblem::WriteNotApplied {
+                    read_max_id: 100,
+                    written_max_id: kept
+                })
+            );
+        }
+        let top = plan_range(i64::MAX - 3, 10, 1, None).unwrap();
+        assert_eq!(granted_range(&top, i64::MAX), Ok((i64::MAX - 2, 3)));
+    }
 
     fn status(len: u64, used: u64, ahead: u64) -> ChainStatus {
         ChainStatus {

@@ -89,7 +89,8 @@ def attach_central(cluster, central):
     for statement in [
         "CREATE EXTENSION postgres_fdw",
         f"CREATE SERVER central FOREIGN DATA WRAPPER postgres_fdw OPTIONS (host '{central.dir}', "
-        "dbname 'ids', connect_timeout '5')",
+        "dbname 'ids', connect_timeout '5', "
+        "options '-c synchronous_commit=on -c lock_timeout=10ms -c idle_in_transaction_session_timeout=5s')",
         "CREATE USER MAPPING FOR CURRENT_USER SERVER central OPTIONS (user 'postgres')",
         "SELECT segment_attach('remote100000', 'central')",
     ]:

@@ -91,7 +91,8 @@ def setup(central, shards):
             "CREATE EXTENSION pg_idgen",
             "CREATE EXTENSION postgres_fdw",
             f"CREATE SERVER central FOREIGN DATA WRAPPER postgres_fdw OPTIONS (host '{central.dir}', "
-            f"dbname 'ids', connect_timeout '5', application_name 'shard{number}')",
+            f"dbname 'ids', connect_timeout '5', application_name 'shard{number}', "
+            "options '-c synchronous_commit=on -c lock_timeout=10ms -c idle_in_transaction_session_timeout=5s')",
             "CREATE USER MAPPING FOR CURRENT_USER SERVER central OPTIONS (user 'postgres')",
             "SELECT segment_attach('orders', 'central')",
         ]:

@@ -6,6 +6,8 @@ on its own Unix socket."""
 import bisect
 import os
 import re
+import shutil
+import subprocess
 import threading
 import time
 
@@ -13,7 +15,10 @@ import psycopg
 import pytest
 
 from adversary import paused
-from helpers import assert_increasing, assert_unique, draw_plain, wait_for
+from helpers import assert_increasing, assert_unique, draw, draw_plain, row_locked, wait_for
+
+# What segment_attach requires the server to pin on the central session.
+PINNED = "-c synchronous_commit=on -c lock_timeout=10ms -c idle_in_transaction_session_timeout=5s"
 
 EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "sharding")
 
@@ -35,7 +40,7 @@ def attach(shard, db, central, central_db, tag="orders"):
     for statement in [
         "CREATE EXTENSION IF NOT EXISTS postgres_fdw",
         f"CREATE SERVER central FOREIGN DATA WRAPPER postgres_fdw OPTIONS (host '{central.dir}', "
-        f"port '5432', dbname '{central_db}', connect_timeout '2')",
+        f"port '5432', dbname '{central_db}', connect_timeout '2', options '{PINNED}')",
         "CREATE USER MAPPING FOR CURRENT_USER SERVER central OPTIONS (user 'postgres')",
         f"SELECT segment_attach('{tag}', 'central')",
     ]:
@@ -357,7 +362,8 @@ def test_long_server_names_and_a_dropped_foreign_table(make_cluster):
     long_name = "central_" + "x" * 50
     for suffix in ("1", "2"):
         shard.sql(f"CREATE SERVER {long_name}{suffix} FOREIGN DATA WRAPPER postgres_fdw OPTIONS "
-                  f"(host '{central.dir}', port '5432', dbname '{central_db}', connect_timeout '2')",
+                  f"(host '{central.dir}', port '5432', dbname '{central_db}', connect_timeout '2', "
+                  f"options '{PINNED}')",
                   dbname=db)
         shard.sql(f"CREATE USER MAPPING FOR CURRENT_USER SERVER {long_name}{suffix} "
                   "OPTIONS (user 'postgres')", dbname=db)
@@ -384,3 +390,249 @@ def test_long_server_names_and_a_dropped_foreign_table(make_cluster):
         draw_plain(shard, db, "c", 1)
     assert caught.value.sqlstate == "42P01", caught.value
     assert "foreign table was dropped" in str(caught.value)
+
+
+def _draw_until_error(cluster, db, into, n=500, limit=200_000):
+    """Draws `n` at a time into `into` until a draw fails; returns the error."""
+    with cluster.connect(db) as conn:
+        while len(into) < limit:
+            try:
+                into += draw(conn, "orders", n)
+            except psycopg.Error as e:
+                return e
+    raise AssertionError(f"no error after {len(into)} IDs")
+
+
+def test_the_server_must_pin_the_central_session_and_a_later_change_stops_refills(make_cluster):
+    """segment_attach refuses a server whose options leave the central
+    session with its own defaults; a server changed after attaching (or
+    attached under 0.2.0) stops refilling with the same error and hint, and
+    the hint's ALTER SERVER makes it work again."""
+    central, central_db, [(shard, db)] = central_and_shards(make_cluster, shards=1)
+    assert len(draw_plain(shard, db, "orders", 100)) == 100
+    shard.sql("CREATE SERVER bare FOREIGN DATA WRAPPER postgres_fdw OPTIONS "
+              f"(host '{central.dir}', port '5432', dbname '{central_db}', connect_timeout '2')",
+              dbname=db)
+    shard.sql("CREATE USER MAPPING FOR CURRENT_USER SERVER bare OPTIONS (user 'postgres')", dbname=db)
+    central.sql("SELECT segment_create('other')", dbname=central_db)
+    with pytest.raises(psycopg.errors.InvalidParameterValue) as refused:
+        shard.sql("SELECT segment_attach('other', 'bare')", dbname=db)
+    assert 'server "bare" does not set synchronous_commit' in str(refused.value)
+    hint = refused.value.diag.message_hint
+    assert "ALTER SERVER bare OPTIONS (ADD options " in hint, hint
+    shard.sql(hint[hint.index("ALTER SERVER"):], dbname=db)
+    shard.sql("SELECT segment_attach('other', 'bare')", dbname=db)
+    assert len(draw_plain(shard, db, "other", 10)) == 10
+
+    # The attached server loses its pinning: the tag's refills stop.
+    shard.sql("ALTER SERVER central OPTIONS (SET options '-c synchronous_commit=off "
+              "-c lock_timeout=10ms -c idle_in_transaction_session_timeout=5s')", dbname=db)
+    drawn = []
+    error = _draw_until_error(shard, db, drawn)
+    assert isinstance(error, psycopg.errors.InvalidParameterValue), error
+    assert 'server "central" sets synchronous_commit=off' in str(error)
+    hint = error.diag.message_hint
+    assert "ALTER SERVER central OPTIONS (SET options " in hint, hint
+    shard.sql(hint[hint.index("ALTER SERVER"):], dbname=db)
+    more = draw_plain(shard, db, "orders", 1000)
+    assert_unique(drawn + more)
+    assert min(more) > max(drawn)
+
+
+def test_a_central_server_with_asynchronous_commit_that_crashes_repeats_nothing(make_cluster):
+    """The central server commits asynchronously and flushes its WAL only
+    every 10 s; it crashes after one shard drew, and a second shard draws
+    after the restart. The server's options pin synchronous_commit on the
+    central session, so no range a shard handed out is lost."""
+    central = make_cluster(conf=("synchronous_commit = off", "wal_writer_delay = '10s'"))
+    central.start()
+    central_db = central.new_database()
+    central.sql("SELECT segment_create('orders', step => 10)", dbname=central_db)
+    central.sql("CHECKPOINT")   # the setup itself is durable; only refills are at stake
+    shards = []
+    for i in range(2):
+        shard = make_cluster(conf=(*SHARD_CONF, f"pg_idgen.machine_id = {i + 1}"))
+        shard.start()
+        db = shard.new_database()
+        attach(shard, db, central, central_db)
+        shards.append((shard, db))
+    (first, first_db), (second, second_db) = shards
+    before = draw_plain(first, first_db, "orders", 30_000)
+    central.stop("immediate")
+    central.start()
+    after = draw_plain(second, second_db, "orders", 30_000)
+    assert_unique(before + after)
+    assert central_max_id(central, central_db) >= max(before + after)
+
+
+def _seen(shard, db):
+    (seen,), = shard.sql("SELECT max_id_seen FROM id_segment_remote WHERE biz_tag = 'orders'",
+                         dbname=db)
+    return seen
+
+
+def test_a_central_server_restored_from_a_cold_copy_is_refused_until_raised_as_documented(
+        make_cluster):
+    """Both shards draw, the central server's data directory is copied
+    while it is stopped, both draw more, and the copy is put back. Each
+    shard has taken ranges above the restored row, so each refuses to
+    refill — after a restart too (the mark is in id_segment_remote, not in
+    memory) — with an error naming the central server; the README's
+    recovery (the row set to the largest max_id_seen) lets both go on with
+    no ID repeated."""
+    central, central_db, shards = central_and_shards(make_cluster)
+    drawn = []
+    for shard, db in shards:
+        drawn += draw_plain(shard, db, "orders", 5_000)
+    copy = os.path.join(central.dir, "cold-copy")
+    central.stop()
+    subprocess.run(["cp", "-a", central.data, copy], check=True)
+    central.start()
+    for shard, db in shards:
+        drawn += draw_plain(shard, db, "orders", 20_000)
+    restored_at = central_max_id(central, central_db)
+    central.stop()
+    shutil.rmtree(central.data)
+    subprocess.run(["cp", "-a", copy, central.data], check=True)
+    central.start()
+    assert central_max_id(central, central_db) < restored_at
+
+    marks = []
+    for number, (shard, db) in enumerate(shards):
+        if number == 0:
+            shard.restart()   # its cached ranges and in-memory marks are gone
+        error = _draw_until_error(shard, db, drawn)
+        assert isinstance(error, psycopg.errors.DataException), error
+        assert f'central server "central" went back for segment tag "orders"' in str(error)
+        seen = _seen(shard, db)
+        assert f"this server has already taken IDs up to {seen} from it" in str(error)
+        assert f"this server's is {seen}" in error.diag.message_hint
+        assert "UPDATE id_segment SET max_id = " in error.diag.message_hint
+        marks.append(seen)
+    assert_unique(drawn)
+    assert max(marks) >= max(drawn)
+
+    # The recovery: the central row set to the largest mark of its shards.
+    central.sql("UPDATE id_segment SET max_id = %s, version = version + 1 WHERE biz_tag = 'orders'",
+                (max(marks),), dbname=central_db)
+    for shard, db in shards:
+        drawn += draw_plain(shard, db, "orders", 5_000)
+    assert_unique(drawn)
+
+
+def test_a_central_row_lowered_or_made_anew_is_refused_and_the_hints_name_a_safe_start(make_cluster):
+    """A hand-made central table (no guard trigger) lowered by hand, then
+    the row dropped and created again: the shard refuses both, after a
+    restart too, and the missing row's hint names a start above every ID
+    the shard took — never 1."""
+    central = make_cluster(preload=False)
+    central.start()
+    central_db = central.new_database(extension=False)
+    central.sql("CREATE TABLE id_segment (biz_tag varchar(64) PRIMARY KEY, max_id bigint NOT NULL, "
+                "step int NOT NULL, version bigint NOT NULL DEFAULT 0, updated_at timestamptz)",
+                dbname=central_db)
+    central.sql("INSERT INTO id_segment (biz_tag, max_id, step) VALUES ('orders', 0, 10)",
+                dbname=central_db)
+    shard = make_cluster(conf=(*SHARD_CONF, "pg_idgen.machine_id = 1"))
+    shard.start()
+    db = shard.new_database()
+    attach(shard, db, central, central_db)
+    drawn = draw_plain(shard, db, "orders", 20_000)
+    central.sql("UPDATE id_segment SET max_id = 100 WHERE biz_tag = 'orders'", dbname=central_db)
+    shard.restart()
+    error = _draw_until_error(shard, db, drawn)
+    assert isinstance(error, psycopg.errors.DataException), error
+    assert "went back" in str(error)
+
+    central.sql("DELETE FROM id_segment", dbname=central_db)
+    shard.restart()
+    error = _draw_until_error(shard, db, drawn)
+    assert isinstance(error, psycopg.errors.UndefinedObject), error
+    seen = _seen(shard, db)
+    assert seen >= max(drawn)
+    hint = error.diag.message_hint
+    assert f"start => {seen + 1}" in hint, hint
+    # Following the hint (a hand-made table: the row segment_create makes).
+    central.sql("INSERT INTO id_segment (biz_tag, max_id, step) VALUES ('orders', %s, 10)",
+                (seen,), dbname=central_db)
+    drawn += draw_plain(shard, db, "orders", 2_000)
+    assert_unique(drawn)
+
+
+@pytest.mark.parametrize("where", ["local", "central"])
+def test_a_trigger_capping_each_update_to_one_step_never_shares_an_id(make_cluster, where):
+    """A BEFORE UPDATE trigger that lets max_id move one step at a time
+    (the classic protocol's rule), while a classic client runs its own CAS
+    on the row: the worker asks for many steps at once, gets one, and hands
+    out only that one — above the max_id it read."""
+    if where == "central":
+        central, central_db, [(shard, db)] = central_and_shards(make_cluster, shards=1, step=10)
+        row_server, row_db = central, central_db
+    else:
+        shard = make_cluster(conf=SHARD_CONF)
+        shard.start()
+        db = shard.new_database()
+        shard.sql("SELECT segment_create('orders', step => 10)", dbname=db)
+        row_server, row_db = shard, db
+    row_server.sql(
+        "CREATE FUNCTION one_step() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN "
+        "NEW.max_id := least(NEW.max_id, OLD.max_id + OLD.step); RETURN NEW; END$$", dbname=row_db)
+    row_server.sql("CREATE TRIGGER one_step BEFORE UPDATE ON id_segment FOR EACH ROW "
+                   "EXECUTE FUNCTION one_step()", dbname=row_db)
+    stop = threading.Event()
+    client_ranges = []
+
+    def classic_client():
+        with row_server.connect(row_db) as conn:
+            while not stop.is_set():
+                (version, step), = conn.execute(
+                    "SELECT version, step FROM id_segment WHERE biz_tag = 'orders'").fetchall()
+                won = conn.execute(
+                    "UPDATE id_segment SET max_id = max_id + step, version = version + 1 "
+                    "WHERE biz_tag = 'orders' AND version = %s RETURNING max_id", (version,)).fetchall()
+                if won:
+                    client_ranges.append(range(won[0][0] - step + 1, won[0][0] + 1))
+                time.sleep(0.002)   # a client, not a storm: the worker must win too
+
+    client = threading.Thread(target=classic_client)
+    client.start()
+    try:
+        drawn = draw_plain(shard, db, "orders", 20_000)
+    finally:
+        stop.set()
+        client.join()
+    assert client_ranges
+    assert_unique(drawn + [i for r in client_ranges for i in r])
+
+
+def test_a_locked_central_row_delays_no_local_tag(make_cluster):
+    """A session on the central server holds the tag's row lock while the
+    shard's callers want the remote tag and a local one. The central
+    session's lock_timeout (pinned by the server's options) makes each
+    remote try give up after 10 ms, as a local one does, so the worker
+    keeps the local tag supplied: it never errs, while the remote tag's
+    callers get 55P03 once their cache is gone."""
+    central, central_db, [(shard, db)] = central_and_shards(make_cluster, shards=1)
+    shard.sql("SELECT segment_create('local', step => 100)", dbname=db)
+    assert draw_plain(shard, db, "orders", 10)
+    remote_errors, stop = [], threading.Event()
+
+    def want_the_remote_tag():
+        with shard.connect(db) as conn:
+            while not stop.is_set():
+                try:
+                    draw(conn, "orders", 100)
+                except psycopg.Error as e:
+                    remote_errors.append(e)
+
+    with row_locked(central, central_db, "orders"):
+        wanting = threading.Thread(target=want_the_remote_tag)
+        wanting.start()
+        try:
+            assert wait_for(lambda: remote_errors, timeout=120), "the remote tag never ran dry"
+            local = draw_plain(shard, db, "local", 200_000)
+        finally:
+            stop.set()
+            wanting.join()
+    assert_unique(local)
+    assert all(isinstance(e, psycopg.errors.LockNotAvailable) for e in remote_errors), remote_errors[:3]

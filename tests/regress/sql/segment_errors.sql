@@ -188,6 +188,14 @@ DO $$BEGIN
                  current_setting('port'), current_database(), '5');
 END$$;
 CREATE USER MAPPING FOR CURRENT_USER SERVER loop;
+-- The server must pin the central session: synchronous_commit not off,
+-- lock_timeout <= 10ms, an idle_in_transaction_session_timeout.
+SELECT segment_attach('far', 'loop', remote_schema => 'central');
+\echo :LAST_ERROR_SQLSTATE
+ALTER SERVER loop OPTIONS (ADD options '-c synchronous_commit=off -c lock_timeout=10ms -c idle_in_transaction_session_timeout=5s');
+SELECT segment_attach('far', 'loop', remote_schema => 'central');
+\echo :LAST_ERROR_SQLSTATE
+ALTER SERVER loop OPTIONS (SET options '-c synchronous_commit=on -c lock_timeout=10ms -c idle_in_transaction_session_timeout=5s');
 SELECT segment_attach('not_there', 'loop', remote_schema => 'central');
 \echo :LAST_ERROR_SQLSTATE
 SELECT segment_attach('orders', 'loop', remote_schema => 'central');

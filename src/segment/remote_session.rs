@@ -1,0 +1,275 @@
+//! What a postgres_fdw server must pin on the central server's session
+//! before a shard takes ranges through it, read from the server's libpq
+//! `options` option (`-c name=value ...`). Pure: no pgrx.
+//!
+//! postgres_fdw runs the remote transaction with the central server's own
+//! defaults; the refill worker's `SET LOCAL`s stay on the shard. So the
+//! settings that make a remote refill safe travel in the connection:
+//!
+//! - `synchronous_commit` other than `off`: a range is handed out only
+//!   after the central server flushed its commit, so a crash of the
+//!   central server cannot hand the same range to another shard.
+//! - `lock_timeout` between 1 ms and [`MAX_LOCK_TIMEOUT_MS`]: a locked
+//!   central row delays a refill no longer than a locked local row does.
+//! - `idle_in_transaction_session_timeout` between 1 ms and
+//!   [`MAX_IDLE_TIMEOUT_MS`]: a shard cut off mid-refill does not leave the
+//!   central row locked by an orphaned session.
+//!
+//! The backend splits `options` at unescaped white space (a backslash
+//! escapes the next character) and reads `-c name=value`, `-cname=value`
+//! and `--name=value`; the last setting of a name wins. This module does
+//! the same.
+
+/// The longest remote row-lock wait allowed: the local rule's.
+pub const MAX_LOCK_TIMEOUT_MS: f64 = 10.0;
+
+/// The longest a central session may sit idle in a transaction.
+pub const MAX_IDLE_TIMEOUT_MS: f64 = 10_000.0;
+
+/// What the hint appends to a server's `options`.
+pub const PINNED_OPTIONS: &str =
+    "-c synchronous_commit=on -c lock_timeout=10ms -c idle_in_transaction_session_timeout=5s";
+
+/// Why a server's `options` do not make a remote refill safe, as a user
+/// reads it after "server \"x\" ...".
+pub fn problem(options: Option<&str>) -> Option<String> {
+    let settings = settings(options.unwrap_or(""));
+    let value = |name: &str| {
+        settings
+            .iter()
+            .rev()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    };
+    match value("synchronous_commit") {
+        None => return Some("does not set synchronous_commit in its options".into()),
+        Some(v) if is_off(v) => return Some(format!("sets synchronous_commit={v} in its options")),
+        Some(_) => {}
+    }
+    for (name, max_ms) in [
+        ("lock_timeout", MAX_LOCK_TIMEOUT_MS),
+        ("idle_in_transaction_session_timeout", MAX_IDLE_TIMEOUT_MS),
+    ] {
+        match value(name) {
+            None => return Some(format!("does not set {name} in its options")),
+            Some(v) => match milliseconds(v) {
+                Some(ms) if ms >= 1.0 && ms <= max_ms => {}
+                _ => {
+                    return Some(format!(
+                        "sets {name}={v} in its options, but it must be between 1ms and {max_ms}ms"
+                    ))
+                }
+            },
+        }
+    }
+    None
+}
+
+/// The `options` value that keeps what the server has, less its own
+/// values of the pinned settings, and pins those.
+pub fn fixed_options(existing: Option<&str>) -> String {
+    let words = split_words(existing.unwrap_or(""));
+    let mut kept = Vec::new();
+    let mut words = words.iter();
+    while let Some(word) = words.next() {
+        let (setting, taken) = if word == "-c" {
+            (words.next().cloned(), 2)
+        } else if let Some(rest) = word.strip_prefix("--").or_else(|| word.strip_prefix("-c")) {
+            (Some(rest.to_string()), 1)
+        } else {
+            (None, 1)
+        };
+        let pinned = setting
+            .as_deref()
+            .and_then(|s| s.split_once('='))
+            .is_some_and(|(name, _)| {
+                PINNED_NAMES.contains(&name.to_ascii_lowercase().replace('-', "_").as_str())
+            });
+        // A dangling `-c` (the backend refuses it) is dropped too.
+        let dangling = taken == 2 && setting.is_none();
+        if !(pinned || dangling) {
+            kept.push(escape(word));
+            if taken == 2 {
+                kept.extend(setting.as_deref().map(escape));
+            }
+        }
+    }
+    kept.push(PINNED_OPTIONS.to_string());
+    kept.join(" ")
+}
+
+/// The settings `PINNED_OPTIONS` sets.
+const PINNED_NAMES: [&str; 3] = [
+    "synchronous_commit",
+    "lock_timeout",
+    "idle_in_transaction_session_timeout",
+];
+
+/// A word as `options` spells it: backslashes and white space escaped.
+fn escape(word: &str) -> String {
+    let mut escaped = String::with_capacity(word.len());
+    for c in word.chars() {
+        if c == '\\' || c.is_whitespace() {
+            escaped.push('\\');
+        }
+        escaped.push(c);
+    }
+    escaped
+}
+
+fn is_off(value: &str) -> bool {
+    matches!(
+        value.to_ascii_lowercase().as_str(),
+        "off" | "false" | "no" | "0" | "of" | "f" | "n"
+    )
+}
+
+/// A time setting in milliseconds, as PostgreSQL reads a setting whose
+/// unit is ms: a number, optionally followed by us, ms, s, min, h or d.
+fn milliseconds(value: &str) -> Option<f64> {
+    let value = value.trim();
+    let split = value
+        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '-' || c == '+'))
+        .unwrap_or(value.len());
+    let number: f64 = value[..split].parse().ok()?;
+    let factor = match value[split..].trim() {
+        "" | "ms" => 1.0,
+        "us" => 0.001,
+        "s" => 1_000.0,
+        "min" => 60_000.0,
+        "h" => 3_600_000.0,
+        "d" => 86_400_000.0,
+        _ => return None,
+    };
+    Some(number * factor)
+}
+
+/// The `name=value` settings in an `options` string, in order; names are
+/// lower-cased and `-` becomes `_`, as the backend does for `--name`.
+fn settings(options: &str) -> Vec<(String, String)> {
+    let words = split_words(options);
+    let mut found = Vec::new();
+    let mut words = words.iter();
+    while let Some(word) = words.next() {
+        let setting = if word == "-c" {
+            words.next().map(String::as_str)
+        } else if let Some(rest) = word.strip_prefix("--") {
+            Some(rest)
+        } else {
+            word.strip_prefix("-c")
+        };
+        if let Some((name, value)) = setting.and_then(|s| s.split_once('=')) {
+            found.push((
+                name.to_ascii_lowercase().replace('-', "_"),
+                value.to_string(),
+            ));
+        }
+    }
+    found
+}
+
+/// The words of `options`: split at unescaped white space, a backslash
+/// taking the next character literally.
+fn split_words(options: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut word = String::new();
+    let mut chars = options.chars();
+    while let Some(c) = chars.next() {
+        if c == '\\' {
+            if let Some(next) = chars.next() {
+                word.push(next);
+            }
+        } else if c.is_whitespace() {
+            if !word.is_empty() {
+                words.push(std::mem::take(&mut word));
+            }
+        } else {
+            word.push(c);
+        }
+    }
+    if !word.is_empty() {
+        words.push(word);
+    }
+    words
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pinned_options_pass_and_each_missing_one_is_named() {
+        assert_eq!(problem(Some(PINNED_OPTIONS)), None);
+        assert_eq!(
+            problem(None).as_deref(),
+            Some("does not set synchronous_commit in its options")
+        );
+        assert_eq!(
+            problem(Some("-c synchronous_commit=on -c lock_timeout=10ms")).as_deref(),
+            Some("does not set idle_in_transaction_session_timeout in its options")
+        );
+        assert_eq!(
+            problem(Some(
+                "-c synchronous_commit=local -c idle_in_transaction_session_timeout=1s"
+            ))
+            .as_deref(),
+            Some("does not set lock_timeout in its options")
+        );
+    }
+
+    #[test]
+    fn every_spelling_the_backend_reads_is_read() {
+        assert_eq!(
+            problem(Some(
+                "-csynchronous_commit=remote_apply --lock-timeout=5 -c Idle_In_Transaction_Session_Timeout=2s"
+            )),
+            None
+        );
+        assert_eq!(
+            problem(Some("-c synchronous_commit=on -c lock_timeout=0.01s -c idle_in_transaction_session_timeout=10000")),
+            None
+        );
+    }
+
+    #[test]
+    fn unsafe_values_are_refused_and_the_last_setting_wins() {
+        let off = "-c synchronous_commit=off -c lock_timeout=10ms -c idle_in_transaction_session_timeout=5s";
+        assert_eq!(
+            problem(Some(off)).as_deref(),
+            Some("sets synchronous_commit=off in its options")
+        );
+        assert_eq!(problem(Some(&fixed_options(Some(off)))), None);
+        assert_eq!(
+            problem(Some(&format!(
+                "{PINNED_OPTIONS} -c synchronous_commit=false"
+            )))
+            .as_deref(),
+            Some("sets synchronous_commit=false in its options")
+        );
+        for bad in ["0", "11ms", "1s", "-5", "5parsecs", ""] {
+            let options = format!("-c synchronous_commit=on -c lock_timeout={bad} -c idle_in_transaction_session_timeout=5s");
+            let said = problem(Some(&options)).expect(bad);
+            assert!(said.contains("lock_timeout"), "{bad}: {said}");
+        }
+        let idle = "-c synchronous_commit=on -c lock_timeout=10ms -c idle_in_transaction_session_timeout=1min";
+        assert!(problem(Some(idle))
+            .unwrap()
+            .contains("between 1ms and 10000ms"));
+    }
+
+    #[test]
+    fn backslashes_escape_white_space_as_the_backend_reads_them() {
+        assert_eq!(
+            split_words(r"-c application_name=a\ b  -c x=\\y"),
+            vec!["-c", "application_name=a b", "-c", r"x=\y"]
+        );
+        assert_eq!(fixed_options(Some("  ")), PINNED_OPTIONS);
+        assert_eq!(fixed_options(None), PINNED_OPTIONS);
+        assert_eq!(
+            fixed_options(Some(
+                r"-c work_mem=8MB -c synchronous_commit=off --lock-timeout=1s -capplication_name=a\ b -c"
+            )),
+            format!(r"-c work_mem=8MB -capplication_name=a\ b {PINNED_OPTIONS}")
+        );
+    }
+}
