@@ -273,11 +273,16 @@ fn segment_attach(
                 server: server.into(),
             });
         }
-        // The central row must be there (this also proves the connection
-        // and the user mapping work).
+        // The central row must be there, and the mapped user must be able
+        // to update it: FOR UPDATE takes the row lock on the central server,
+        // which needs its UPDATE privilege (a user that can only read fails
+        // here with 42501 from the central server, not at the first refill).
+        // This also proves the connection and the user mapping work.
         let central = client
-            .select(
-                &format!("SELECT max_id FROM {qualified} WHERE biz_tag OPERATOR(pg_catalog.=) $1"),
+            .update(
+                &format!(
+                    "SELECT max_id FROM {qualified} WHERE biz_tag OPERATOR(pg_catalog.=) $1 FOR UPDATE"
+                ),
                 Some(1),
                 &[tag.into()],
             )

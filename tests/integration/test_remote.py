@@ -636,3 +636,36 @@ def test_a_locked_central_row_delays_no_local_tag(make_cluster):
             wanting.join()
     assert_unique(local)
     assert all(isinstance(e, psycopg.errors.LockNotAvailable) for e in remote_errors), remote_errors[:3]
+
+
+def test_attach_refuses_a_mapped_user_that_can_read_the_central_row_but_not_update_it(make_cluster):
+    """A user mapping whose central user may SELECT id_segment but not
+    UPDATE it: segment_attach fails at once with the central server's 42501
+    (it reads the row FOR UPDATE) and leaves nothing behind, instead of an
+    attached tag whose every refill fails; with UPDATE granted the same
+    attach works."""
+    central, central_db, [(shard, db)] = central_and_shards(make_cluster, shards=1)
+    central.sql("SELECT segment_create('other')", dbname=central_db)
+    (schema,), = central.sql(
+        "SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace "
+        "WHERE e.extname = 'pg_idgen'", dbname=central_db)
+    for statement in ["CREATE ROLE reader LOGIN",
+                      f"GRANT USAGE ON SCHEMA {schema} TO reader",
+                      f"GRANT SELECT ON {schema}.id_segment TO reader"]:
+        central.sql(statement, dbname=central_db)
+    shard.sql("CREATE SERVER ro FOREIGN DATA WRAPPER postgres_fdw OPTIONS "
+              f"(host '{central.dir}', port '5432', dbname '{central_db}', connect_timeout '2', "
+              f"options '{PINNED}')", dbname=db)
+    shard.sql("CREATE USER MAPPING FOR CURRENT_USER SERVER ro OPTIONS (user 'reader')", dbname=db)
+    with pytest.raises(psycopg.errors.InsufficientPrivilege) as refused:
+        shard.sql("SELECT segment_attach('other', 'ro')", dbname=db)
+    assert "id_segment" in str(refused.value), refused.value
+    assert shard.sql("SELECT count(*) FROM id_segment_remote WHERE biz_tag = 'other'",
+                     dbname=db) == [(0,)]
+    assert shard.sql("SELECT count(*) FROM pg_class WHERE relname LIKE '%id_segment@ro'",
+                     dbname=db) == [(0,)]
+    central.sql(f"GRANT UPDATE ON {schema}.id_segment TO reader", dbname=central_db)
+    shard.sql("SELECT segment_attach('other', 'ro')", dbname=db)
+    ids = draw_plain(shard, db, "other", 50)
+    assert_unique(ids)
+    assert len(ids) == 50
