@@ -204,6 +204,11 @@ pub enum IdgenError {
     RowHeldByCaller {
         tag: String,
     },
+    /// A draw of a tag the calling transaction attached (or whose
+    /// `id_segment_remote` row it changed) and has not committed.
+    AttachedByCaller {
+        tag: String,
+    },
     /// The function's `id_segment` is gone: the extension was dropped
     /// while the statement ran.
     ExtensionDropped,
@@ -453,6 +458,7 @@ impl IdgenError {
             IdgenError::TagRenamed { .. } => ERRCODE_CHECK_VIOLATION,
             IdgenError::MaxIdNotRaised { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             IdgenError::RowHeldByCaller { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            IdgenError::AttachedByCaller { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             IdgenError::NoSuchServer { .. } => ERRCODE_UNDEFINED_OBJECT,
             IdgenError::NotPostgresFdw { .. } => ERRCODE_WRONG_OBJECT_TYPE,
             IdgenError::NoConnectTimeout { .. } => ERRCODE_INVALID_PARAMETER_VALUE,
@@ -601,6 +607,9 @@ impl IdgenError {
             IdgenError::RowHeldByCaller { tag } => format!(
                 "segment tag \"{tag}\" needs a new range, but this transaction has changed or locked its id_segment row"
             ),
+            IdgenError::AttachedByCaller { tag } => format!(
+                "segment tag \"{tag}\" was attached to its central server by this transaction, which has not committed"
+            ),
             IdgenError::ExtensionDropped => {
                 "extension \"pg_idgen\" was dropped while this statement was running".into()
             }
@@ -737,6 +746,7 @@ impl IdgenError {
             IdgenError::TagRenamed { to, .. } => format!("To give a table a new tag, create it with segment_create({}, start => <above every ID in use>) and drop the old one with segment_drop(). A superuser who means it runs the UPDATE after SET LOCAL pg_idgen.allow_max_id_decrease = on.", quote_literal(to)),
             IdgenError::MaxIdNotRaised { .. } => "The transaction is rolled back so that no ID can come out twice. Remove what blocks the UPDATE of the row (a trigger, rule or row-level security policy on id_segment, or READ ONLY), or draw the tag's IDs after the transaction that creates it has committed.".into(),
             IdgenError::RowHeldByCaller { .. } => "Commit or roll back the change to the id_segment row first (the refill worker waits for it), or draw the IDs before changing the row.".into(),
+            IdgenError::AttachedByCaller { .. } => "Ranges of an attached tag come from the central server once segment_attach() has committed (or a change to its id_segment_remote row): commit first, then draw its IDs.".into(),
             IdgenError::ExtensionDropped => "Run the statement again; IDs cached before the drop are never handed out.".into(),
             IdgenError::RefillFailed { hint, .. } => hint.clone(),
             IdgenError::RefillTimedOutBecause { hint, .. } => hint.clone(),

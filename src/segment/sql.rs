@@ -133,6 +133,7 @@ fn check_row(table_oid: u32, tag: &[u8]) {
         RowState::NoTable => IdgenError::ExtensionDropped.raise(),
         RowState::Missing => IdgenError::UnknownTag { tag: tag_text(tag) }.raise(),
         RowState::HeldByCaller => IdgenError::RowHeldByCaller { tag: tag_text(tag) }.raise(),
+        RowState::AttachedByCaller => IdgenError::AttachedByCaller { tag: tag_text(tag) }.raise(),
         RowState::Free => {}
     }
 }

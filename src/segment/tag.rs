@@ -68,6 +68,10 @@ pub enum RowState {
     /// The caller's transaction inserted, updated, deleted or locked the
     /// row: the refill worker would wait for it to end.
     HeldByCaller,
+    /// A remote tag whose `id_segment_remote` row the caller's transaction
+    /// wrote: it attached the tag (or changed the row) and has not
+    /// committed, so the refill worker cannot see where to take ranges.
+    AttachedByCaller,
 }
 
 /// Looks `tag`'s row up in table `table_oid` with the caller's snapshot,
@@ -84,6 +88,7 @@ pub fn row_state(table_oid: u32, tag: &[u8]) -> RowState {
             0 => RowState::Missing,
             remote => match row_state_in(remote, tag, false) {
                 RowState::NoTable => RowState::Missing,
+                RowState::HeldByCaller => RowState::AttachedByCaller,
                 state => state,
             },
         },

@@ -669,3 +669,24 @@ def test_attach_refuses_a_mapped_user_that_can_read_the_central_row_but_not_upda
     ids = draw_plain(shard, db, "other", 50)
     assert_unique(ids)
     assert len(ids) == 50
+
+
+def test_a_tag_attached_and_drawn_in_one_transaction_is_told_to_commit_the_attach(make_cluster):
+    """segment_nextval of a tag the same transaction attached: the worker
+    cannot see the attachment yet, so the call fails with 55000 and a
+    message about attaching (not one about a changed id_segment row); once
+    the attach commits, the tag draws."""
+    central, central_db, [(shard, db)] = central_and_shards(make_cluster, shards=1)
+    central.sql("SELECT segment_create('other')", dbname=central_db)
+    with shard.connect(db) as conn:
+        with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState) as refused:
+            with conn.transaction():
+                conn.execute("SELECT segment_attach('other', 'central')")
+                conn.execute("SELECT segment_nextval('other')")
+    assert 'segment tag "other" was attached to its central server by this transaction' in str(
+        refused.value), refused.value
+    assert "commit first" in refused.value.diag.message_hint
+    shard.sql("SELECT segment_attach('other', 'central')", dbname=db)
+    ids = draw_plain(shard, db, "other", 30)
+    assert len(ids) == 30
+    assert_unique(ids)
