@@ -14,8 +14,10 @@
 //! Points: `worker-start` (a refill worker, before it connects to its
 //! database), `worker-before-refill` (after the worker read a slot's
 //! identity and decided to refill it, before its transaction),
-//! `worker-before-publish` (after the refill committed, before the range
-//! is published to shared memory).
+//! `worker-remote-before-commit` (a remote refill's CAS done on the central
+//! server, its row lock held, before the commit: from the central server's
+//! side, a link that froze there), `worker-before-publish` (after the
+//! refill committed, before the range is published to shared memory).
 
 #[cfg(feature = "failpoints")]
 pub fn failpoint(name: &str) {

@@ -72,6 +72,7 @@
 use super::policy::{granted_range, plan_range, RefillProblem};
 use super::remote_session;
 use crate::catalog::as_owner;
+use crate::failpoints::failpoint;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
@@ -314,6 +315,8 @@ fn take_remote_range(
             &[tag.into(), (granted.first - 1 + granted.len as i64).into()],
         )?;
     }
+    // The central row is locked by this refill until the local commit.
+    failpoint("worker-remote-before-commit");
     Ok(Ok(Granted {
         remote: true,
         ..granted

@@ -8,7 +8,8 @@ named point, the server looks for the file `<PGDATA>/pg_idgen_failpoints/<name>`
   sleeps (interruptibly) for as long as `<name>` exists;
 - content `error`: it raises an ERROR there (in the worker before it
   connects, the worker exits while starting).
-Names: `worker-start`, `worker-before-refill`, `worker-before-publish`.
+Names: `worker-start`, `worker-before-refill`, `worker-remote-before-commit`,
+`worker-before-publish`.
 """
 
 import contextlib

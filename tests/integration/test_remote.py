@@ -690,3 +690,56 @@ def test_a_tag_attached_and_drawn_in_one_transaction_is_told_to_commit_the_attac
     ids = draw_plain(shard, db, "other", 30)
     assert len(ids) == 30
     assert_unique(ids)
+
+
+def test_a_shard_frozen_while_it_holds_the_central_row_stalls_the_others_only_seconds(make_cluster):
+    """Shard A's worker stops between its CAS on the central row and its
+    commit (a failpoint; its own remote_timeout set far off, so nothing on
+    the shard ends the wait: from the central server's side, a link that
+    froze while the row was locked). The central session's pinned
+    idle_in_transaction_session_timeout (5 s) ends A's remote transaction,
+    so shard B gets ranges again while A is still stopped; when A goes on,
+    its commit fails and leaves a gap, never a repeat."""
+    central, central_db, [(a, a_db), (b, b_db)] = central_and_shards(
+        make_cluster, shards=2, conf=(*SHARD_CONF, "pg_idgen.remote_timeout = '10min'"))
+    drawn = {"a": draw_plain(a, a_db, "orders", 100), "b": draw_plain(b, b_db, "orders", 100)}
+    stop = threading.Event()
+
+    def keep_drawing():  # A's callers: errors while A's worker is stopped are expected
+        with a.connect(a_db) as conn:
+            while not stop.is_set():
+                try:
+                    drawn["a"] += draw(conn, "orders", 50)
+                except psycopg.Error:
+                    time.sleep(0.05)
+
+    drawer = threading.Thread(target=keep_drawing)
+
+    def start_drawer():
+        if drawer.ident is None:
+            drawer.start()
+
+    # A's central session, idle in its transaction for over a second (B's
+    # refills pass through that state for milliseconds).
+    frozen = lambda: central.sql(  # noqa: E731
+        "SELECT pid FROM pg_stat_activity WHERE state = 'idle in transaction' "
+        "AND state_change < now() - interval '1 second' "
+        "AND datname = current_database()", dbname=central_db)
+    try:
+        with paused(a, "worker-remote-before-commit", trigger=start_drawer):
+            assert wait_for(frozen, timeout=60), "shard A's central session is not idle in it"
+            [(frozen_pid,)] = frozen()
+            after = []
+            assert wait_for(lambda: _drew(b, b_db, after, n=2000), timeout=120, interval=0.5), (
+                "shard B got no range while shard A's stopped session held the central row")
+            drawn["b"] += after
+            assert central.sql("SELECT count(*) FROM pg_stat_activity WHERE pid = %s",
+                               (frozen_pid,), dbname=central_db) == [(0,)]
+            assert "idle-in-transaction timeout" in central.log()
+        assert wait_for(lambda: _drew(a, a_db, drawn["a"], n=2000), timeout=120, interval=0.5)
+    finally:
+        stop.set()
+        if drawer.ident is not None:
+            drawer.join()
+    assert_unique(drawn["a"] + drawn["b"])
+    assert max(drawn["a"] + drawn["b"]) <= central_max_id(central, central_db)
