@@ -258,6 +258,13 @@ pub enum IdgenError {
         cause: String,
         count: u64,
     },
+    /// `pg_idgen.snowflake_fallback` would stand in, but this server's
+    /// `pg_idgen.machine_id` was never set (it is the default 0).
+    FallbackWithoutMachineId {
+        tag: String,
+        waited_ms: i64,
+        cause: String,
+    },
     /// WARNING: `pg_idgen.machine_id = 'hostname'` on a host whose name
     /// may not be unique.
     HostnameMachineIdDoubt {
@@ -476,6 +483,7 @@ impl IdgenError {
                 ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE
             }
             IdgenError::FallbackIds { .. } => ERRCODE_WARNING,
+            IdgenError::FallbackWithoutMachineId { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             IdgenError::HostnameMachineIdDoubt { .. } => ERRCODE_WARNING,
             IdgenError::StateFileWriteFailed { .. } => ERRCODE_IO_ERROR,
             IdgenError::SnowflakeServerMayBeACopy { .. } => ERRCODE_WARNING,
@@ -650,6 +658,13 @@ impl IdgenError {
             } => format!(
                 "segment tag \"{tag}\" got no range within {waited_ms} ms ({cause}): handing out snowflake IDs instead ({count} so far)"
             ),
+            IdgenError::FallbackWithoutMachineId {
+                tag,
+                waited_ms,
+                cause,
+            } => format!(
+                "segment tag \"{tag}\" got no range within {waited_ms} ms ({cause}), and pg_idgen.snowflake_fallback cannot stand in: pg_idgen.machine_id is not set on this server"
+            ),
             IdgenError::HostnameMachineIdDoubt { machine, doubt } => format!(
                 "pg_idgen.machine_id = 'hostname' gives machine id {machine}, but {doubt}"
             ),
@@ -755,6 +770,7 @@ impl IdgenError {
             IdgenError::RefillSpiFailed { .. } => "Check the server log.".into(),
             IdgenError::RangeNotCached { .. } => "This is a bug in pg_idgen; the range is skipped and no ID repeats.".into(),
             IdgenError::WorkerExitedWhileStarting { .. } => "The server log has the worker's error (look for \"pg_idgen refill worker\"); the next call that needs IDs starts it again.".into(),
+            IdgenError::FallbackWithoutMachineId { .. } => "Every server left at the default has machine id 0, so servers falling back together would hand out the same IDs. Set pg_idgen.machine_id to a number of this server's own (or 'hostname', or 'lease') in postgresql.conf and restart.".into(),
             IdgenError::FallbackIds { .. } => "pg_idgen.snowflake_fallback is on. These IDs are far larger than the tag's own; segment_status.fallback_ids counts them.".into(),
             IdgenError::HostnameMachineIdDoubt { .. } => "Two servers with the same machine id can issue the same snowflake IDs. 'hostname' suits the pods of one StatefulSet (pg-0, pg-1, ...); elsewhere set pg_idgen.machine_id to a number unique to each server.".into(),
             IdgenError::StateFileWriteFailed { .. } => "Snowflake IDs wait until it can be written; check the data directory's space and permissions.".into(),

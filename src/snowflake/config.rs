@@ -57,6 +57,23 @@ fn hostname() -> String {
 
 /// Checks the snowflake settings; raises an ERROR (fatal at server start)
 /// naming the bad setting.
+/// Whether `pg_idgen.machine_id` was set anywhere (postgresql.conf, the
+/// command line, ALTER SYSTEM) rather than left at its default 0. Read
+/// from `pg_settings` once per backend, in a transaction (the setting
+/// takes effect only at server start, so the answer never changes).
+pub fn machine_id_set_explicitly() -> bool {
+    static EXPLICIT: once_cell::sync::OnceCell<bool> = once_cell::sync::OnceCell::new();
+    *EXPLICIT.get_or_init(|| {
+        pgrx::Spi::get_one::<bool>(
+            "SELECT source OPERATOR(pg_catalog.<>) 'default' FROM pg_catalog.pg_settings \
+              WHERE name OPERATOR(pg_catalog.=) 'pg_idgen.machine_id'",
+        )
+        .ok()
+        .flatten()
+        .unwrap_or(false)
+    })
+}
+
 pub fn load_config() {
     let epoch_text = setting_text(&gucs::SNOWFLAKE_EPOCH);
     let Some(epoch_ms) = parse_epoch(&epoch_text) else {

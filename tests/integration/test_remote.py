@@ -271,6 +271,37 @@ def test_the_snowflake_fallback_is_opt_in(make_cluster, fallback):
     assert len(warnings) == 1, warnings
 
 
+def test_the_fallback_refuses_to_stand_in_while_the_machine_id_is_the_default(make_cluster):
+    """Two servers that never set pg_idgen.machine_id both have machine id
+    0: falling back together they would hand out the same snowflake IDs.
+    A shard with the fallback on but no machine id of its own fails with
+    55000 naming pg_idgen.machine_id once its cached IDs are gone, and
+    hands out no snowflake ID; set (here by ALTER SYSTEM and a restart),
+    it falls back."""
+    central = make_cluster()
+    central.start()
+    central_db = central.new_database()
+    central.sql("SELECT segment_create('orders', step => 10)", dbname=central_db)
+    shard = make_cluster(conf=(*SHARD_CONF, "pg_idgen.snowflake_fallback = on"))
+    shard.start()
+    shard.sql("CREATE EXTENSION pg_idgen")
+    db = shard.new_database()
+    attach(shard, db, central, central_db)
+    own = draw_plain(shard, db, "orders", 1000)
+    central.stop()
+    got = []
+    error = _draw_until_error(shard, db, got, n=100)
+    assert isinstance(error, psycopg.errors.ObjectNotInPrerequisiteState), error
+    assert "pg_idgen.machine_id is not set on this server" in str(error), error
+    assert "Set pg_idgen.machine_id" in error.diag.message_hint
+    assert all(i < 1 << 40 for i in got), "a snowflake ID came back with machine id 0"
+    shard.sql("ALTER SYSTEM SET pg_idgen.machine_id = '7'")
+    shard.restart()
+    fallbacks = draw_plain(shard, db, "orders", 100)
+    assert all(i > 1 << 40 for i in fallbacks), fallbacks[:3]
+    assert_unique(own + got + fallbacks)
+
+
 def test_the_readme_sharding_example_gives_every_row_its_own_ids(make_cluster):
     central = make_cluster()
     central.start()
