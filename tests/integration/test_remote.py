@@ -551,6 +551,41 @@ def test_a_central_server_restored_from_a_cold_copy_is_refused_until_raised_as_d
     assert_unique(drawn)
 
 
+def test_a_central_database_restored_from_an_older_dump_is_refused(make_cluster):
+    """The central database is dumped, both shards draw more, and the
+    database is dropped and restored from the dump under its name (the
+    shards' server options still reach it). Both shards took ranges above
+    the dumped row, so both refuse, naming the central server; raised to
+    the largest mark, both go on with no ID repeated."""
+    central, central_db, shards = central_and_shards(make_cluster)
+    drawn = []
+    for shard, db in shards:
+        drawn += draw_plain(shard, db, "orders", 5_000)
+    dump = os.path.join(central.dir, "central.dump")
+    central.client("pg_dump", "-Fc", "-d", central_db, "-f", dump)
+    for shard, db in shards:
+        drawn += draw_plain(shard, db, "orders", 20_000)
+    dumped_below = central_max_id(central, central_db)
+    central.sql(f"DROP DATABASE {central_db} WITH (FORCE)")
+    central.sql(f"CREATE DATABASE {central_db}")
+    central.client("pg_restore", "-d", central_db, dump)
+    assert central_max_id(central, central_db) < dumped_below
+
+    marks = []
+    for shard, db in shards:
+        error = _draw_until_error(shard, db, drawn)
+        assert isinstance(error, psycopg.errors.DataException), error
+        assert 'central server "central" went back for segment tag "orders"' in str(error)
+        marks.append(_seen(shard, db))
+    assert_unique(drawn)
+    assert max(marks) >= max(drawn)
+    central.sql("UPDATE id_segment SET max_id = %s, version = version + 1 WHERE biz_tag = 'orders'",
+                (max(marks),), dbname=central_db)
+    for shard, db in shards:
+        drawn += draw_plain(shard, db, "orders", 5_000)
+    assert_unique(drawn)
+
+
 def test_a_central_row_lowered_or_made_anew_is_refused_and_the_hints_name_a_safe_start(make_cluster):
     """A hand-made central table (no guard trigger) lowered by hand, then
     the row dropped and created again: the shard refuses both, after a
