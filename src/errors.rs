@@ -371,7 +371,7 @@ pub fn refill_problem_report(problem: &RefillProblem, tag: &str) -> StoredError 
                 format!(
                     "the update of id_segment.max_id of segment tag \"{tag}\" from {read_max_id} left it at {written_max_id}"
                 ),
-                "A trigger or rule on id_segment changed what the version-CAS wrote. Drop it, or let it raise max_id.".to_string(),
+                "A trigger, rule or row security policy on id_segment (on the central server, for an attached tag) changed or skipped what the version-CAS wrote. Drop it, or let the update raise max_id.".to_string(),
             ),
             RefillProblem::CentralWentBack { server, foreign_table, max_id, seen } => (
                 ERRCODE_DATA_EXCEPTION,

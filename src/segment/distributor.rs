@@ -347,6 +347,10 @@ fn cas(
             table.qualified_name
         );
         let mut cas_conflicts = 0;
+        // The row as the last attempt read it: read the same again after
+        // an UPDATE that matched nothing, and nobody else moved it — a
+        // trigger (RETURN NULL), rule or policy skipped the write.
+        let mut unmoved: Option<(i64, i64)> = None;
         while cas_conflicts < MAX_CAS_ATTEMPTS {
             let rows = client.update(read.as_str(), Some(1), &[tag.into()])?;
             if rows.is_empty() {
@@ -358,6 +362,12 @@ fn cas(
             else {
                 return Ok(Err(RefillProblem::NoRow));
             };
+            if unmoved == Some((version, max_id)) {
+                return Ok(Err(RefillProblem::WriteNotApplied {
+                    read_max_id: max_id,
+                    written_max_id: max_id,
+                }));
+            }
             let plan = match plan_range(max_id, step, steps, floor) {
                 Ok(plan) => plan,
                 Err(problem) => return Ok(Err(problem)),
@@ -386,6 +396,7 @@ fn cas(
                     remote: false,
                 }));
             }
+            unmoved = Some((version, max_id));
             cas_conflicts += 1;
         }
         Ok(Err(RefillProblem::CasContention {

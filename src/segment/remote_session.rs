@@ -6,19 +6,24 @@
 //! defaults; the refill worker's `SET LOCAL`s stay on the shard. So the
 //! settings that make a remote refill safe travel in the connection:
 //!
-//! - `synchronous_commit` other than `off`: a range is handed out only
-//!   after the central server flushed its commit, so a crash of the
-//!   central server cannot hand the same range to another shard.
+//! - `synchronous_commit` `on`, `remote_write` or `remote_apply` (not
+//!   `off`, not `local`): a range is handed out only after the central
+//!   server flushed its commit (and, with a synchronous standby, the
+//!   standby has it), so neither a crash nor a failover of the central
+//!   server can hand the same range to another shard.
 //! - `lock_timeout` between 1 ms and [`MAX_LOCK_TIMEOUT_MS`]: a locked
 //!   central row delays a refill no longer than a locked local row does.
 //! - `idle_in_transaction_session_timeout` between 1 ms and
 //!   [`MAX_IDLE_TIMEOUT_MS`]: a shard cut off mid-refill does not leave the
 //!   central row locked by an orphaned session.
 //!
-//! The backend splits `options` at unescaped white space (a backslash
-//! escapes the next character) and reads `-c name=value`, `-cname=value`
-//! and `--name=value`; the last setting of a name wins. This module does
-//! the same.
+//! The backend splits `options` at unescaped ASCII white space (a
+//! backslash escapes the next character) and reads the words as command
+//! line switches with getopt, so `-ec x=y` is `-e` then `-c x=y`; the last
+//! setting of a name wins. This module reads `-c name=value`,
+//! `-cname=value` and `--name=value` the same way, and refuses every other
+//! word (a bundled switch, a stray value), so that what it checks is what
+//! the backend applies.
 
 /// The longest remote row-lock wait allowed: the local rule's.
 pub const MAX_LOCK_TIMEOUT_MS: f64 = 10.0;
@@ -33,7 +38,14 @@ pub const PINNED_OPTIONS: &str =
 /// Why a server's `options` do not make a remote refill safe, as a user
 /// reads it after "server \"x\" ...".
 pub fn problem(options: Option<&str>) -> Option<String> {
-    let settings = settings(options.unwrap_or(""));
+    let settings = match settings(options.unwrap_or("")) {
+        Ok(settings) => settings,
+        Err(word) => {
+            return Some(format!(
+                "has \"{word}\" in its options, which is not -c name=value"
+            ))
+        }
+    };
     let value = |name: &str| {
         settings
             .iter()
@@ -43,7 +55,11 @@ pub fn problem(options: Option<&str>) -> Option<String> {
     };
     match value("synchronous_commit") {
         None => return Some("does not set synchronous_commit in its options".into()),
-        Some(v) if is_off(v) => return Some(format!("sets synchronous_commit={v} in its options")),
+        Some(v) if !waits_for_flush(v) => {
+            return Some(format!(
+                "sets synchronous_commit={v} in its options, but it must be on, remote_write or remote_apply"
+            ))
+        }
         Some(_) => {}
     }
     for (name, max_ms) in [
@@ -65,8 +81,9 @@ pub fn problem(options: Option<&str>) -> Option<String> {
     None
 }
 
-/// The `options` value that keeps what the server has, less its own
-/// values of the pinned settings, and pins those.
+/// The `options` value that keeps the settings the server has, less its
+/// own values of the pinned ones and every word `problem` cannot read
+/// (a dangling `-c`, a bundled switch), and pins those.
 pub fn fixed_options(existing: Option<&str>) -> String {
     let words = split_words(existing.unwrap_or(""));
     let mut kept = Vec::new();
@@ -79,15 +96,13 @@ pub fn fixed_options(existing: Option<&str>) -> String {
         } else {
             (None, 1)
         };
-        let pinned = setting
+        let name = setting
             .as_deref()
             .and_then(|s| s.split_once('='))
-            .is_some_and(|(name, _)| {
-                PINNED_NAMES.contains(&name.to_ascii_lowercase().replace('-', "_").as_str())
-            });
-        // A dangling `-c` (the backend refuses it) is dropped too.
-        let dangling = taken == 2 && setting.is_none();
-        if !(pinned || dangling) {
+            .map(|(name, _)| name.to_ascii_lowercase().replace('-', "_"))
+            .filter(|name| !name.is_empty());
+        let keep = name.is_some_and(|name| !PINNED_NAMES.contains(&name.as_str()));
+        if keep {
             kept.push(escape(word));
             if taken == 2 {
                 kept.extend(setting.as_deref().map(escape));
@@ -109,7 +124,7 @@ const PINNED_NAMES: [&str; 3] = [
 fn escape(word: &str) -> String {
     let mut escaped = String::with_capacity(word.len());
     for c in word.chars() {
-        if c == '\\' || c.is_whitespace() {
+        if c == '\\' || c.is_ascii_whitespace() || c == '\u{0b}' {
             escaped.push('\\');
         }
         escaped.push(c);
@@ -117,10 +132,22 @@ fn escape(word: &str) -> String {
     escaped
 }
 
-fn is_off(value: &str) -> bool {
+/// The `synchronous_commit` values that flush the commit (and wait for a
+/// synchronous standby, if there is one) before it returns; PostgreSQL
+/// reads `true`, `yes`, `1` and their prefixes as `on`.
+fn waits_for_flush(value: &str) -> bool {
     matches!(
         value.to_ascii_lowercase().as_str(),
-        "off" | "false" | "no" | "0" | "of" | "f" | "n"
+        "on" | "true"
+            | "tr"
+            | "tru"
+            | "t"
+            | "yes"
+            | "ye"
+            | "y"
+            | "1"
+            | "remote_write"
+            | "remote_apply"
     )
 }
 
@@ -145,8 +172,9 @@ fn milliseconds(value: &str) -> Option<f64> {
 }
 
 /// The `name=value` settings in an `options` string, in order; names are
-/// lower-cased and `-` becomes `_`, as the backend does for `--name`.
-fn settings(options: &str) -> Vec<(String, String)> {
+/// lower-cased and `-` becomes `_`, as the backend does for `--name`. A
+/// word that is not one of the three spellings is returned as the error.
+fn settings(options: &str) -> Result<Vec<(String, String)>, String> {
     let words = split_words(options);
     let mut found = Vec::new();
     let mut words = words.iter();
@@ -158,18 +186,20 @@ fn settings(options: &str) -> Vec<(String, String)> {
         } else {
             word.strip_prefix("-c")
         };
-        if let Some((name, value)) = setting.and_then(|s| s.split_once('=')) {
-            found.push((
+        match setting.and_then(|s| s.split_once('=')) {
+            Some((name, value)) if !name.is_empty() => found.push((
                 name.to_ascii_lowercase().replace('-', "_"),
                 value.to_string(),
-            ));
+            )),
+            _ => return Err(word.clone()),
         }
     }
-    found
+    Ok(found)
 }
 
-/// The words of `options`: split at unescaped white space, a backslash
-/// taking the next character literally.
+/// The words of `options`: split at unescaped ASCII white space (as the
+/// backend's `isspace` in the C locale: no-break and other Unicode spaces
+/// are part of a word), a backslash taking the next character literally.
 fn split_words(options: &str) -> Vec<String> {
     let mut words = Vec::new();
     let mut word = String::new();
@@ -179,7 +209,7 @@ fn split_words(options: &str) -> Vec<String> {
             if let Some(next) = chars.next() {
                 word.push(next);
             }
-        } else if c.is_whitespace() {
+        } else if c.is_ascii_whitespace() || c == '\u{0b}' {
             if !word.is_empty() {
                 words.push(std::mem::take(&mut word));
             }
@@ -210,7 +240,7 @@ mod tests {
         );
         assert_eq!(
             problem(Some(
-                "-c synchronous_commit=local -c idle_in_transaction_session_timeout=1s"
+                "-c synchronous_commit=remote_apply -c idle_in_transaction_session_timeout=1s"
             ))
             .as_deref(),
             Some("does not set lock_timeout in its options")
@@ -236,15 +266,36 @@ mod tests {
         let off = "-c synchronous_commit=off -c lock_timeout=10ms -c idle_in_transaction_session_timeout=5s";
         assert_eq!(
             problem(Some(off)).as_deref(),
-            Some("sets synchronous_commit=off in its options")
+            Some("sets synchronous_commit=off in its options, but it must be on, remote_write or remote_apply")
         );
+        // `local` flushes on the central server but skips its synchronous
+        // standby: a failover would lose the range.
+        let local = off.replace("=off", "=local");
+        assert!(problem(Some(&local))
+            .unwrap()
+            .contains("synchronous_commit=local"));
+        for on in [
+            "on",
+            "ON",
+            "true",
+            "yes",
+            "1",
+            "remote_write",
+            "remote_apply",
+        ] {
+            assert_eq!(
+                problem(Some(&off.replace("=off", &format!("={on}")))),
+                None,
+                "{on}"
+            );
+        }
         assert_eq!(problem(Some(&fixed_options(Some(off)))), None);
         assert_eq!(
             problem(Some(&format!(
                 "{PINNED_OPTIONS} -c synchronous_commit=false"
             )))
             .as_deref(),
-            Some("sets synchronous_commit=false in its options")
+            Some("sets synchronous_commit=false in its options, but it must be on, remote_write or remote_apply")
         );
         for bad in ["0", "11ms", "1s", "-5", "5parsecs", ""] {
             let options = format!("-c synchronous_commit=on -c lock_timeout={bad} -c idle_in_transaction_session_timeout=5s");
@@ -255,6 +306,39 @@ mod tests {
         assert!(problem(Some(idle))
             .unwrap()
             .contains("between 1ms and 10000ms"));
+    }
+
+    #[test]
+    fn words_the_backend_reads_otherwise_are_refused_not_guessed() {
+        // A no-break space is part of a word for the backend: the setting
+        // after it is a value of x.y, not synchronous_commit=on.
+        let nbsp = format!(
+            "-c synchronous_commit=off -c x.y=a\u{a0}-c\u{a0}synchronous_commit=on {}",
+            "-c lock_timeout=10ms -c idle_in_transaction_session_timeout=5s"
+        );
+        assert_eq!(
+            split_words(&nbsp)[3],
+            "x.y=a\u{a0}-c\u{a0}synchronous_commit=on"
+        );
+        assert!(problem(Some(&nbsp))
+            .unwrap()
+            .contains("synchronous_commit=off"));
+        // getopt reads -ec x=y as -e, then -c x=y.
+        let bundled = format!("{PINNED_OPTIONS} -ec synchronous_commit=off");
+        assert_eq!(
+            problem(Some(&bundled)).as_deref(),
+            Some("has \"-ec\" in its options, which is not -c name=value")
+        );
+        assert_eq!(fixed_options(Some(&bundled)), PINNED_OPTIONS);
+        for stray in ["-c", "-c =x", "-cfoo", "--", "value"] {
+            let options = format!("{PINNED_OPTIONS} {stray}");
+            assert!(problem(Some(&options)).is_some(), "{stray}");
+            assert_eq!(
+                problem(Some(&fixed_options(Some(&options)))),
+                None,
+                "{stray}"
+            );
+        }
     }
 
     #[test]

@@ -671,6 +671,35 @@ def test_a_trigger_capping_each_update_to_one_step_never_shares_an_id(make_clust
     assert_unique(drawn + [i for r in client_ranges for i in r])
 
 
+@pytest.mark.parametrize("where", ["local", "central"])
+def test_a_trigger_skipping_the_update_is_named_not_blamed_on_contention(make_cluster, where):
+    """A BEFORE UPDATE trigger that returns NULL: the CAS matches nothing
+    although nobody moved the row. The refill fails with 09000 naming a
+    trigger on id_segment (it was reported as 100 lost version checks);
+    once the trigger is gone the tag draws above every ID it handed out."""
+    if where == "central":
+        central, central_db, [(shard, db)] = central_and_shards(make_cluster, shards=1, step=10)
+        row_server, row_db = central, central_db
+    else:
+        shard = make_cluster(conf=SHARD_CONF)
+        shard.start()
+        db = shard.new_database()
+        shard.sql("SELECT segment_create('orders', step => 10)", dbname=db)
+        row_server, row_db = shard, db
+    drawn = draw_plain(shard, db, "orders", 100)
+    row_server.sql(
+        "CREATE FUNCTION skip_update() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN "
+        "RETURN NULL; END$$", dbname=row_db)
+    row_server.sql("CREATE TRIGGER skip_update BEFORE UPDATE ON id_segment FOR EACH ROW "
+                   "EXECUTE FUNCTION skip_update()", dbname=row_db)
+    error = _draw_until_error(shard, db, drawn, n=100)
+    assert error.sqlstate == "09000", error
+    assert "changed or skipped what the version-CAS wrote" in error.diag.message_hint, error
+    row_server.sql("DROP TRIGGER skip_update ON id_segment", dbname=row_db)
+    drawn += draw_plain(shard, db, "orders", 1000)
+    assert_unique(drawn)
+
+
 def test_a_locked_central_row_delays_no_local_tag(make_cluster):
     """A session on the central server holds the tag's row lock while the
     shard's callers want the remote tag and a local one. The central
