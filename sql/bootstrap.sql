@@ -42,6 +42,20 @@ CREATE TABLE id_segment_remote (
 COMMENT ON TABLE id_segment_remote IS 'pg_idgen: segment tags whose ranges come from a central server through postgres_fdw';
 SELECT pg_catalog.pg_extension_config_dump('id_segment_remote', '');
 
+-- Attached tags dropped here (segment_drop), with the largest central
+-- max_id this server had taken IDs below: attaching the tag again starts
+-- its max_id_seen there, and refuses a central row below it (a central
+-- server that went back, then a drop and an attach, would otherwise hand
+-- out this database's own IDs again).
+CREATE TABLE id_segment_detached (
+    biz_tag     varchar(64) PRIMARY KEY,
+    server      name        NOT NULL,
+    max_id_seen bigint      NOT NULL,
+    detached_at timestamptz NOT NULL DEFAULT now()
+);
+COMMENT ON TABLE id_segment_detached IS 'pg_idgen: attached segment tags dropped here, with the largest central max_id taken below';
+SELECT pg_catalog.pg_extension_config_dump('id_segment_detached', '');
+
 -- The snowflake high-water mark, in the WAL (src/snowflake/wal_mark.rs):
 -- in the database named by pg_idgen.snowflake_database, the snowflake
 -- keeper commits here, before any snowflake ID up to it is issued, the

@@ -69,3 +69,13 @@ GRANT EXECUTE ON FUNCTION snowflake_status() TO pg_monitor;
 -- refill is refused. Attachments made before 0.3.0 start with none; their
 -- first refill sets it.
 ALTER TABLE id_segment_remote ADD COLUMN max_id_seen bigint;
+
+-- Attached tags dropped here, with their mark (see bootstrap.sql).
+CREATE TABLE id_segment_detached (
+    biz_tag     varchar(64) PRIMARY KEY,
+    server      name        NOT NULL,
+    max_id_seen bigint      NOT NULL,
+    detached_at timestamptz NOT NULL DEFAULT now()
+);
+COMMENT ON TABLE id_segment_detached IS 'pg_idgen: attached segment tags dropped here, with the largest central max_id taken below';
+SELECT pg_catalog.pg_extension_config_dump('id_segment_detached', '');

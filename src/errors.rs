@@ -190,6 +190,14 @@ pub enum IdgenError {
         problem: String,
         options: Option<String>,
     },
+    /// `segment_attach`: the tag was attached here before and dropped, and
+    /// the central row is now below what this database took from it.
+    AttachBelowDetachedMark {
+        tag: String,
+        server: String,
+        max_id: i64,
+        mark: i64,
+    },
     /// `segment_attach`: the central server has no row for the tag.
     RemoteTagMissing {
         tag: String,
@@ -379,7 +387,7 @@ pub fn refill_problem_report(problem: &RefillProblem, tag: &str) -> StoredError 
                     "central server \"{server}\" went back for segment tag \"{tag}\": its row (foreign table {foreign_table}) has max_id {max_id}, but this server has already taken IDs up to {seen} from it"
                 ),
                 format!(
-                    "The central server lost ranges it handed out (restored from a backup, failed over to a standby that missed them, or its row was lowered); refilling would repeat IDs, so none was handed out. On the central server, set the row to the largest id_segment_remote.max_id_seen of every server attached to it (this server's is {seen}): UPDATE id_segment SET max_id = <that value>, version = version + 1 WHERE biz_tag = {};",
+                    "The central server lost ranges it handed out (restored from a backup, failed over to a standby that missed them, or its row was lowered); refilling would repeat IDs, so none was handed out. On the central server, set the row to the largest id_segment_remote.max_id_seen (and id_segment_detached.max_id_seen) of every server attached to it (this server's is {seen}): UPDATE id_segment SET max_id = <that value>, version = version + 1 WHERE biz_tag = {};",
                     quote_literal(tag)
                 ),
             ),
@@ -470,6 +478,7 @@ impl IdgenError {
             IdgenError::NotPostgresFdw { .. } => ERRCODE_WRONG_OBJECT_TYPE,
             IdgenError::NoConnectTimeout { .. } => ERRCODE_INVALID_PARAMETER_VALUE,
             IdgenError::RemoteSessionUnsafe { .. } => ERRCODE_INVALID_PARAMETER_VALUE,
+            IdgenError::AttachBelowDetachedMark { .. } => ERRCODE_DATA_EXCEPTION,
             IdgenError::RemoteTagMissing { .. } => ERRCODE_UNDEFINED_OBJECT,
             IdgenError::ForeignTableTaken { .. } => ERRCODE_DUPLICATE_TABLE,
             IdgenError::ExtensionDropped => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
@@ -513,6 +522,9 @@ impl IdgenError {
             IdgenError::RemoteSessionUnsafe { server, problem, .. } => {
                 format!("server \"{server}\" {problem}")
             }
+            IdgenError::AttachBelowDetachedMark { tag, server, max_id, mark } => format!(
+                "segment tag \"{tag}\" cannot be attached to server \"{server}\": its central row has max_id {max_id}, but this database already handed out the tag's IDs up to {mark} (id_segment_detached, from when it was attached before)"
+            ),
             IdgenError::RemoteTagMissing { tag, server } => {
                 format!("segment tag \"{tag}\" does not exist on server \"{server}\"")
             }
@@ -703,6 +715,10 @@ impl IdgenError {
             IdgenError::NoConnectTimeout { server } => format!(
                 "Without it a refill can hang on an unreachable server: ALTER SERVER {} OPTIONS (ADD connect_timeout '5');",
                 quote_identifier(server)
+            ),
+            IdgenError::AttachBelowDetachedMark { tag, .. } => format!(
+                "The central server went back since (a restore, a failover, a row lowered or made anew), and its ranges would repeat IDs. On the central server, raise the row to the largest id_segment_remote.max_id_seen and id_segment_detached.max_id_seen of every server attached to it: UPDATE id_segment SET max_id = <that value>, version = version + 1 WHERE biz_tag = {}; then attach again.",
+                quote_literal(tag)
             ),
             IdgenError::RemoteSessionUnsafe { server, options, .. } => format!(
                 "Ranges are taken through it only when the central server's session flushes each commit, waits at most 10ms for a row lock and ends a transaction left idle: ALTER SERVER {} OPTIONS ({} options {});",

@@ -105,15 +105,37 @@ fn segment_drop(tag: Option<&str>, fcinfo: pg_sys::FunctionCallInfo) {
         "DELETE FROM {} WHERE biz_tag OPERATOR(pg_catalog.=) $1",
         table_name(table_oid)
     );
-    // An attached tag: its registration goes; the central row stays.
-    let detach = tag::remote_table_name(table_oid)
-        .map(|remote| format!("DELETE FROM {remote} WHERE biz_tag OPERATOR(pg_catalog.=) $1"));
+    // An attached tag: its registration goes, its mark stays in
+    // id_segment_detached for a later attach; the central row stays.
+    // (Under 0.2.0's SQL there is neither the mark nor the table.)
+    let detach = tag::remote_table_name(table_oid).map(|remote| {
+        format!(
+            "DELETE FROM {remote} AS r WHERE r.biz_tag OPERATOR(pg_catalog.=) $1 \
+             RETURNING r.server::pg_catalog.text, \
+                       (pg_catalog.to_jsonb(r) OPERATOR(pg_catalog.->>) 'max_id_seen')::pg_catalog.int8"
+        )
+    });
+    let keep_mark = tag::detached_table_name(table_oid).map(|detached| {
+        format!(
+            "INSERT INTO {detached} AS d (biz_tag, server, max_id_seen) VALUES ($1, $2, $3) \
+             ON CONFLICT (biz_tag) DO UPDATE SET server = EXCLUDED.server, \
+                 max_id_seen = GREATEST(d.max_id_seen, EXCLUDED.max_id_seen), \
+                 detached_at = pg_catalog.now()"
+        )
+    });
     let deleted = Spi::connect_mut(|client| {
         let mut deleted = client
             .update(delete.as_str(), None, &[tag.into()])
             .map(|t| t.len())?;
         if let Some(detach) = &detach {
-            deleted += client.update(detach, None, &[tag.into()])?.len();
+            let detached = client.update(detach, None, &[tag.into()])?;
+            deleted += detached.len();
+            if let (Some(keep_mark), false) = (&keep_mark, detached.is_empty()) {
+                let row = detached.first();
+                if let (Some(server), Some(mark)) = (row.get::<String>(1)?, row.get::<i64>(2)?) {
+                    client.update(keep_mark, None, &[tag.into(), server.into(), mark.into()])?;
+                }
+            }
         }
         Ok::<_, pgrx::spi::Error>(deleted)
     })
@@ -310,6 +332,36 @@ fn segment_attach(
             .map_err(spi_failed("segment_attach: register"))?
             .len()
             == 1;
+        // Attached here before and dropped: this database has handed out
+        // the tag's IDs up to that mark, whatever the central row says now.
+        let detached_mark = match tag::detached_table_name(table_oid) {
+            None => None,
+            Some(detached) => client
+                .update(
+                    &format!(
+                        "DELETE FROM {detached} WHERE biz_tag OPERATOR(pg_catalog.=) $1 \
+                         RETURNING max_id_seen"
+                    ),
+                    None,
+                    &[tag.into()],
+                )
+                .map_err(spi_failed("segment_attach: earlier mark"))?
+                .first()
+                .get::<i64>(1)
+                .ok()
+                .flatten(),
+        };
+        if let (Some(mark), Some(central)) = (detached_mark, central_max_id) {
+            if central < mark {
+                return Err(IdgenError::AttachBelowDetachedMark {
+                    tag: tag.into(),
+                    server: server.into(),
+                    max_id: central,
+                    mark,
+                });
+            }
+        }
+        let central_max_id = central_max_id.max(detached_mark);
         let (columns, values) = if records_seen {
             (", max_id_seen", ", $4")
         } else {

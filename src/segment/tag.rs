@@ -105,15 +105,30 @@ pub fn remote_table_name(table_oid: u32) -> Option<String> {
     }
 }
 
+/// The schema-qualified name of `id_segment_detached` beside table
+/// `table_oid`, if it is there (0.3.0's SQL).
+pub fn detached_table_name(table_oid: u32) -> Option<String> {
+    match sibling_table_oid(table_oid, c"id_segment_detached") {
+        0 => None,
+        oid => table_name_and_owner(oid).map(|(name, _)| name),
+    }
+}
+
 /// The OID of `id_segment_remote` beside table `table_oid` (0: none).
 fn remote_table_oid(table_oid: u32) -> u32 {
-    // SAFETY: syscache look-ups inside the caller's transaction.
+    sibling_table_oid(table_oid, c"id_segment_remote")
+}
+
+/// The OID of table `name` in the schema of table `table_oid` (0: none).
+fn sibling_table_oid(table_oid: u32, name: &std::ffi::CStr) -> u32 {
+    // SAFETY: syscache look-ups inside the caller's transaction; `name` is
+    // a NUL-terminated string that outlives the call.
     unsafe {
         let namespace = pg_sys::get_rel_namespace(pg_sys::Oid::from(table_oid));
         if namespace == pg_sys::InvalidOid {
             return 0;
         }
-        pg_sys::get_relname_relid(c"id_segment_remote".as_ptr(), namespace).to_u32()
+        pg_sys::get_relname_relid(name.as_ptr(), namespace).to_u32()
     }
 }
 

@@ -625,6 +625,50 @@ def test_a_central_row_lowered_or_made_anew_is_refused_and_the_hints_name_a_safe
     assert_unique(drawn)
 
 
+def test_a_tag_dropped_and_attached_again_keeps_its_mark(make_cluster):
+    """The central row goes back below what the shard took; the shard
+    refuses, and its user drops the tag and attaches it again (the
+    missing-row hint offers segment_drop). The drop keeps the mark in
+    id_segment_detached: the attach is refused (22000) while the central
+    row is below it, and once raised the tag goes on above every ID it
+    handed out — the mark restored, not reset to the central row."""
+    central = make_cluster(preload=False)
+    central.start()
+    central_db = central.new_database(extension=False)
+    central.sql("CREATE TABLE id_segment (biz_tag varchar(64) PRIMARY KEY, max_id bigint NOT NULL, "
+                "step int NOT NULL, version bigint NOT NULL DEFAULT 0, updated_at timestamptz)",
+                dbname=central_db)
+    central.sql("INSERT INTO id_segment (biz_tag, max_id, step) VALUES ('orders', 0, 10)",
+                dbname=central_db)
+    shard = make_cluster(conf=(*SHARD_CONF, "pg_idgen.machine_id = 1"))
+    shard.start()
+    db = shard.new_database()
+    attach(shard, db, central, central_db)
+    drawn = draw_plain(shard, db, "orders", 20_000)
+    central.sql("UPDATE id_segment SET max_id = 100 WHERE biz_tag = 'orders'", dbname=central_db)
+    error = _draw_until_error(shard, db, drawn)
+    assert isinstance(error, psycopg.errors.DataException), error
+    mark = _seen(shard, db)
+    assert mark >= max(drawn)
+
+    shard.sql("SELECT segment_drop('orders')", dbname=db)
+    assert shard.sql("SELECT max_id_seen FROM id_segment_detached WHERE biz_tag = 'orders'",
+                     dbname=db) == [(mark,)]
+    with pytest.raises(psycopg.errors.DataException) as refused:
+        shard.sql("SELECT segment_attach('orders', 'central')", dbname=db)
+    assert f"already handed out the tag's IDs up to {mark}" in str(refused.value), refused.value
+    assert "UPDATE id_segment SET max_id = " in refused.value.diag.message_hint
+    assert shard.sql("SELECT count(*) FROM id_segment_detached", dbname=db) == [(1,)]
+
+    central.sql("UPDATE id_segment SET max_id = %s WHERE biz_tag = 'orders'", (mark,),
+                dbname=central_db)
+    shard.sql("SELECT segment_attach('orders', 'central')", dbname=db)
+    assert _seen(shard, db) == mark
+    assert shard.sql("SELECT count(*) FROM id_segment_detached", dbname=db) == [(0,)]
+    drawn += draw_plain(shard, db, "orders", 2_000)
+    assert_unique(drawn)
+
+
 @pytest.mark.parametrize("where", ["local", "central"])
 def test_a_trigger_capping_each_update_to_one_step_never_shares_an_id(make_cluster, where):
     """A BEFORE UPDATE trigger that lets max_id move one step at a time
