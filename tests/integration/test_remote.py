@@ -586,11 +586,10 @@ def test_a_central_database_restored_from_an_older_dump_is_refused(make_cluster)
     assert_unique(drawn)
 
 
-def test_a_central_row_lowered_or_made_anew_is_refused_and_the_hints_name_a_safe_start(make_cluster):
-    """A hand-made central table (no guard trigger) lowered by hand, then
-    the row dropped and created again: the shard refuses both, after a
-    restart too, and the missing row's hint names a start above every ID
-    the shard took — never 1."""
+def _hand_made_central_and_shard(make_cluster):
+    """A central server whose id_segment is made by hand (no pg_idgen, so
+    no guard trigger: its row can be lowered or deleted), with 'orders' at
+    0, step 10, attached to one shard."""
     central = make_cluster(preload=False)
     central.start()
     central_db = central.new_database(extension=False)
@@ -603,6 +602,28 @@ def test_a_central_row_lowered_or_made_anew_is_refused_and_the_hints_name_a_safe
     shard.start()
     db = shard.new_database()
     attach(shard, db, central, central_db)
+    return central, central_db, shard, db
+
+
+def _orders_row_on(make_cluster, where):
+    """A shard drawing 'orders' (step 10), and the server and database of
+    the row its ranges come from: its own (`local`) or a central one."""
+    if where == "central":
+        central, central_db, [(shard, db)] = central_and_shards(make_cluster, shards=1, step=10)
+        return shard, db, central, central_db
+    shard = make_cluster(conf=SHARD_CONF)
+    shard.start()
+    db = shard.new_database()
+    shard.sql("SELECT segment_create('orders', step => 10)", dbname=db)
+    return shard, db, shard, db
+
+
+def test_a_central_row_lowered_or_made_anew_is_refused_and_the_hints_name_a_safe_start(make_cluster):
+    """A hand-made central table (no guard trigger) lowered by hand, then
+    the row dropped and created again: the shard refuses both, after a
+    restart too, and the missing row's hint names a start above every ID
+    the shard took — never 1."""
+    central, central_db, shard, db = _hand_made_central_and_shard(make_cluster)
     drawn = draw_plain(shard, db, "orders", 20_000)
     central.sql("UPDATE id_segment SET max_id = 100 WHERE biz_tag = 'orders'", dbname=central_db)
     shard.restart()
@@ -632,18 +653,7 @@ def test_a_tag_dropped_and_attached_again_keeps_its_mark(make_cluster):
     id_segment_detached: the attach is refused (22000) while the central
     row is below it, and once raised the tag goes on above every ID it
     handed out — the mark restored, not reset to the central row."""
-    central = make_cluster(preload=False)
-    central.start()
-    central_db = central.new_database(extension=False)
-    central.sql("CREATE TABLE id_segment (biz_tag varchar(64) PRIMARY KEY, max_id bigint NOT NULL, "
-                "step int NOT NULL, version bigint NOT NULL DEFAULT 0, updated_at timestamptz)",
-                dbname=central_db)
-    central.sql("INSERT INTO id_segment (biz_tag, max_id, step) VALUES ('orders', 0, 10)",
-                dbname=central_db)
-    shard = make_cluster(conf=(*SHARD_CONF, "pg_idgen.machine_id = 1"))
-    shard.start()
-    db = shard.new_database()
-    attach(shard, db, central, central_db)
+    central, central_db, shard, db = _hand_made_central_and_shard(make_cluster)
     drawn = draw_plain(shard, db, "orders", 20_000)
     central.sql("UPDATE id_segment SET max_id = 100 WHERE biz_tag = 'orders'", dbname=central_db)
     error = _draw_until_error(shard, db, drawn)
@@ -675,15 +685,7 @@ def test_a_trigger_capping_each_update_to_one_step_never_shares_an_id(make_clust
     (the classic protocol's rule), while a classic client runs its own CAS
     on the row: the worker asks for many steps at once, gets one, and hands
     out only that one — above the max_id it read."""
-    if where == "central":
-        central, central_db, [(shard, db)] = central_and_shards(make_cluster, shards=1, step=10)
-        row_server, row_db = central, central_db
-    else:
-        shard = make_cluster(conf=SHARD_CONF)
-        shard.start()
-        db = shard.new_database()
-        shard.sql("SELECT segment_create('orders', step => 10)", dbname=db)
-        row_server, row_db = shard, db
+    shard, db, row_server, row_db = _orders_row_on(make_cluster, where)
     row_server.sql(
         "CREATE FUNCTION one_step() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN "
         "NEW.max_id := least(NEW.max_id, OLD.max_id + OLD.step); RETURN NEW; END$$", dbname=row_db)
@@ -721,15 +723,7 @@ def test_a_trigger_skipping_the_update_is_named_not_blamed_on_contention(make_cl
     although nobody moved the row. The refill fails with 09000 naming a
     trigger on id_segment (it was reported as 100 lost version checks);
     once the trigger is gone the tag draws above every ID it handed out."""
-    if where == "central":
-        central, central_db, [(shard, db)] = central_and_shards(make_cluster, shards=1, step=10)
-        row_server, row_db = central, central_db
-    else:
-        shard = make_cluster(conf=SHARD_CONF)
-        shard.start()
-        db = shard.new_database()
-        shard.sql("SELECT segment_create('orders', step => 10)", dbname=db)
-        row_server, row_db = shard, db
+    shard, db, row_server, row_db = _orders_row_on(make_cluster, where)
     drawn = draw_plain(shard, db, "orders", 100)
     row_server.sql(
         "CREATE FUNCTION skip_update() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN "
