@@ -240,8 +240,19 @@ pub enum IdgenError {
     TagExhausted {
         tag: String,
     },
-    /// The worker's refill found the row (or the table) locked.
-    RefillRowLocked,
+    /// The worker's refill found the row (or the table) locked: the local
+    /// one, or for an attached tag (`central`: its server) the central one.
+    RefillRowLocked {
+        central: Option<String>,
+    },
+    /// A refill of an attached tag failed on its central server (or on
+    /// the way there): the cause's SQLSTATE and message, named.
+    RemoteRefillFailed {
+        server: String,
+        sqlstate: i32,
+        message: String,
+        hint: String,
+    },
     /// SPI itself failed in a refill (not a PostgreSQL error).
     RefillSpiFailed {
         tag: String,
@@ -325,6 +336,48 @@ impl StoredError {
 }
 
 /// The error a refill problem gives the callers waiting on `tag`.
+/// What went wrong on the way to (or on) central server `server`, for a
+/// caught error with `sqlstate` and `message`.
+fn remote_cause(server: &str, sqlstate: i32, message: &str) -> String {
+    use PgSqlErrorCode::*;
+    let class = |code: PgSqlErrorCode| sqlstate & 0xFFF == code as i32 & 0xFFF;
+    if class(ERRCODE_CONNECTION_EXCEPTION) {
+        format!("central server \"{server}\" is unreachable: {message}")
+    } else if sqlstate == ERRCODE_QUERY_CANCELED as i32 {
+        format!(
+            "central server \"{server}\" did not answer within pg_idgen.remote_timeout ({} ms): {message}",
+            crate::gucs::REMOTE_TIMEOUT_MS.get()
+        )
+    } else {
+        format!("central server \"{server}\" refused the refill: {message}")
+    }
+}
+
+/// The hint for `remote_cause`: the fix for the causes a central server
+/// gives most (permission, a read-only session, no table, unreachable,
+/// too slow), else the cause's own hint, else where to look.
+fn remote_hint(server: &str, sqlstate: i32, hint: &str) -> String {
+    use PgSqlErrorCode::*;
+    let class = |code: PgSqlErrorCode| sqlstate & 0xFFF == code as i32 & 0xFFF;
+    let server = crate::catalog::quote_identifier(server);
+    let retried = "The refill is retried with back-off; the tag's callers go on with its cached IDs meanwhile.";
+    if sqlstate == ERRCODE_QUERY_CANCELED as i32 {
+        format!("A slow or cut-off link, or a central server under load; pg_idgen.remote_timeout bounds each refill. {retried}")
+    } else if class(ERRCODE_CONNECTION_EXCEPTION) || class(ERRCODE_OPERATOR_INTERVENTION) {
+        format!("Check that the central server runs and that the host and port in the options of server {server} reach it. {retried}")
+    } else if sqlstate == ERRCODE_INSUFFICIENT_PRIVILEGE as i32 {
+        format!("The central user of this server's user mapping for server {server} needs SELECT and UPDATE on id_segment there: GRANT SELECT, UPDATE ON id_segment TO <that user>; on the central server.")
+    } else if sqlstate == ERRCODE_READ_ONLY_SQL_TRANSACTION as i32 {
+        format!("The central session is read-only (a standby, or default_transaction_read_only): point server {server} at the primary, e.g. ALTER SERVER {server} OPTIONS (SET host '<primary>'); or list every host with target_session_attrs 'read-write'.")
+    } else if sqlstate == ERRCODE_UNDEFINED_TABLE as i32 {
+        format!("The central server has no such table: CREATE EXTENSION pg_idgen there, or correct the schema_name and table_name options of the foreign table over server {server}.")
+    } else if !hint.is_empty() && hint != "Check the server log." {
+        hint.to_string()
+    } else {
+        format!("The central server's log has the rest (the error's CONTEXT names the remote SQL command). {retried}")
+    }
+}
+
 pub fn refill_problem_report(problem: &RefillProblem, tag: &str) -> StoredError {
     {
         use PgSqlErrorCode::*;
@@ -485,7 +538,8 @@ impl IdgenError {
             IdgenError::RefillFailed { sqlstate, .. } => PgSqlErrorCode::from(*sqlstate),
             IdgenError::RefillTimedOutBecause { sqlstate, .. } => PgSqlErrorCode::from(*sqlstate),
             IdgenError::TagExhausted { .. } => ERRCODE_SEQUENCE_GENERATOR_LIMIT_EXCEEDED,
-            IdgenError::RefillRowLocked => ERRCODE_LOCK_NOT_AVAILABLE,
+            IdgenError::RefillRowLocked { .. } => ERRCODE_LOCK_NOT_AVAILABLE,
+            IdgenError::RemoteRefillFailed { sqlstate, .. } => PgSqlErrorCode::from(*sqlstate),
             IdgenError::RefillSpiFailed { .. } => ERRCODE_INTERNAL_ERROR,
             IdgenError::RangeNotCached { .. } => ERRCODE_INTERNAL_ERROR,
             IdgenError::WorkerExitedWhileStarting { .. } => {
@@ -645,9 +699,20 @@ impl IdgenError {
             IdgenError::TagExhausted { tag } => {
                 format!("segment tag \"{tag}\" is exhausted: its last ID is the largest bigint")
             }
-            IdgenError::RefillRowLocked => {
+            IdgenError::RefillRowLocked { central: None } => {
                 "its id_segment row (or the table) is locked by another transaction".into()
             }
+            IdgenError::RefillRowLocked {
+                central: Some(server),
+            } => format!(
+                "its row on central server \"{server}\" is locked by another transaction there"
+            ),
+            IdgenError::RemoteRefillFailed {
+                server,
+                sqlstate,
+                message,
+                ..
+            } => remote_cause(server, *sqlstate, message),
             IdgenError::RefillSpiFailed { tag, message } => {
                 format!("refill of segment tag \"{tag}\" failed: {message}")
             }
@@ -782,7 +847,9 @@ impl IdgenError {
             IdgenError::RefillFailed { hint, .. } => hint.clone(),
             IdgenError::RefillTimedOutBecause { hint, .. } => hint.clone(),
             IdgenError::TagExhausted { .. } => "No more IDs can be handed out for this tag; move the table to a new tag.".into(),
-            IdgenError::RefillRowLocked => "A transaction holds the row (SELECT ... FOR UPDATE, or an UPDATE or DELETE not yet committed) or a lock on id_segment (ALTER EXTENSION pg_idgen UPDATE, DDL): end it. pg_locks and pg_stat_activity show which session it is.".into(),
+            IdgenError::RefillRowLocked { central: Some(_) } => "A transaction on the central server holds the row (another server's refill in flight, SELECT ... FOR UPDATE, an UPDATE not yet committed); the central session waits at most its lock_timeout for it, and the refill is retried. pg_locks and pg_stat_activity on the central server show which session it is.".into(),
+            IdgenError::RemoteRefillFailed { server, sqlstate, hint, .. } => remote_hint(server, *sqlstate, hint),
+            IdgenError::RefillRowLocked { central: None } => "A transaction holds the row (SELECT ... FOR UPDATE, or an UPDATE or DELETE not yet committed) or a lock on id_segment (ALTER EXTENSION pg_idgen UPDATE, DDL): end it. pg_locks and pg_stat_activity show which session it is.".into(),
             IdgenError::RefillSpiFailed { .. } => "Check the server log.".into(),
             IdgenError::RangeNotCached { .. } => "This is a bug in pg_idgen; the range is skipped and no ID repeats.".into(),
             IdgenError::WorkerExitedWhileStarting { .. } => "The server log has the worker's error (look for \"pg_idgen refill worker\"); the next call that needs IDs starts it again.".into(),

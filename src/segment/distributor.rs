@@ -225,6 +225,7 @@ pub fn take_range(
     steps: u64,
     bound_table: u32,
     handed_out: Option<i64>,
+    central_server: &mut Option<String>,
 ) -> Result<Result<Granted, RefillProblem>, pgrx::spi::Error> {
     Spi::connect_mut(|client| {
         client.update(
@@ -242,6 +243,8 @@ pub fn take_range(
                 Ok(remote) => remote,
                 Err(server) => return Ok(Err(RefillProblem::ForeignTableGone { server })),
             };
+            // For the caller's report if anything from here on fails.
+            *central_server = Some(remote.server.clone());
             return take_remote_range(client, &table, remote, tag, steps, bound_table, handed_out);
         }
         let handed_out = handed_out.filter(|_| bound_table == 0 || bound_table == table.oid);

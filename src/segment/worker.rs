@@ -319,8 +319,11 @@ fn take_range(attempt: &Attempt<'_>, bound_table: u32, handed_out: Option<i64>) 
     } = *attempt;
     let mut serialization_failures = 0;
     loop {
+        // Set once the tag turns out to be attached: a failure from then
+        // on (the commit included) is reported as the central server's.
+        let mut central = None;
         let outcome = bgworker::in_transaction(gucs::REMOTE_TIMEOUT_MS.get(), || {
-            distributor::take_range(tag, steps, bound_table, handed_out)
+            distributor::take_range(tag, steps, bound_table, handed_out, &mut central)
         });
         return match outcome {
             Err(e)
@@ -341,9 +344,18 @@ fn take_range(attempt: &Attempt<'_>, bound_table: u32, handed_out: Option<i64>) 
                 .stored(),
             ),
             Err(caught) if caught.sqlstate == PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE as i32 => {
-                RangeTake::Failed(IdgenError::RefillRowLocked.stored())
+                RangeTake::Failed(IdgenError::RefillRowLocked { central }.stored())
             }
-            Err(caught) => RangeTake::Failed(caught),
+            Err(caught) => RangeTake::Failed(match central {
+                Some(server) => IdgenError::RemoteRefillFailed {
+                    server,
+                    sqlstate: caught.sqlstate,
+                    message: caught.message,
+                    hint: caught.hint,
+                }
+                .stored(),
+                None => caught,
+            }),
         };
     }
 }

@@ -12,6 +12,7 @@ import contextlib
 import glob
 import os
 import shutil
+import socket
 import subprocess
 import threading
 import time
@@ -66,6 +67,20 @@ def check_unique(tally, ids):
 
 # ---------------------------------------------------------------------------
 # Waiting and threads.
+
+def free_ports(n):
+    """n TCP ports of 127.0.0.1 free at the moment (bound to port 0)."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
 
 def wait_for(predicate, timeout=10.0, interval=0.05):
     """Polls `predicate` until it is true or `timeout` seconds passed;

@@ -32,7 +32,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import threading
@@ -44,8 +43,8 @@ import psycopg
 import pytest
 
 from cluster import PG_BIN, base_conf
-from helpers import (BURST_LAYOUT, BURST_LEAD_MS, COPY_WARNING, assert_unique, count_error, in_thread, joined,
-                     lead_ms, replayed, wait_for)
+from helpers import (BURST_LAYOUT, BURST_LEAD_MS, COPY_WARNING, assert_unique, count_error, free_ports, in_thread,
+                     joined, lead_ms, replayed, wait_for)
 
 pytestmark = pytest.mark.skipif(os.environ.get("PG_IDGEN_PATRONI") != "1",
                                 reason="PG_IDGEN_PATRONI=1 runs it (tests/test.sh on PostgreSQL 15, tests/torture.sh)")
@@ -89,20 +88,6 @@ def settings(lines):
         if name not in NODE_LOCAL:
             params[name] = value[1:-1] if value[:1] == "'" == value[-1:] else value
     return params
-
-
-def free_ports(n):
-    """n TCP ports of 127.0.0.1 free at the moment (bound to port 0)."""
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def http(url, method="GET", body=None, timeout=5):

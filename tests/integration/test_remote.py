@@ -15,7 +15,8 @@ import psycopg
 import pytest
 
 from adversary import paused
-from helpers import assert_increasing, assert_unique, draw, draw_plain, row_locked, wait_for
+from helpers import assert_increasing, assert_unique, draw, draw_plain, free_ports, row_locked, wait_for
+from proxy import LinkProxy
 
 # What segment_attach requires the server to pin on the central session.
 PINNED = "-c synchronous_commit=on -c lock_timeout=10ms -c idle_in_transaction_session_timeout=5s"
@@ -35,12 +36,14 @@ def psql_file(cluster, db, path, **variables):
     assert done.returncode == 0, done.stderr
 
 
-def attach(shard, db, central, central_db, tag="orders"):
-    """The README's shard setup, without the example table."""
+def attach(shard, db, central, central_db, tag="orders", via=None):
+    """The README's shard setup, without the example table; `via`: a
+    LinkProxy the shard reaches the central server through."""
+    host, port = ("127.0.0.1", via.port) if via else (central.dir, central.port)
     for statement in [
         "CREATE EXTENSION IF NOT EXISTS postgres_fdw",
-        f"CREATE SERVER central FOREIGN DATA WRAPPER postgres_fdw OPTIONS (host '{central.dir}', "
-        f"port '5432', dbname '{central_db}', connect_timeout '2', options '{PINNED}')",
+        f"CREATE SERVER central FOREIGN DATA WRAPPER postgres_fdw OPTIONS (host '{host}', "
+        f"port '{port}', dbname '{central_db}', connect_timeout '2', options '{PINNED}')",
         "CREATE USER MAPPING FOR CURRENT_USER SERVER central OPTIONS (user 'postgres')",
         f"SELECT segment_attach('{tag}', 'central')",
     ]:
@@ -779,9 +782,7 @@ def test_attach_refuses_a_mapped_user_that_can_read_the_central_row_but_not_upda
     attach works."""
     central, central_db, [(shard, db)] = central_and_shards(make_cluster, shards=1)
     central.sql("SELECT segment_create('other')", dbname=central_db)
-    (schema,), = central.sql(
-        "SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace "
-        "WHERE e.extname = 'pg_idgen'", dbname=central_db)
+    schema = _central_schema(central, central_db)
     for statement in ["CREATE ROLE reader LOGIN",
                       f"GRANT USAGE ON SCHEMA {schema} TO reader",
                       f"GRANT SELECT ON {schema}.id_segment TO reader"]:
@@ -876,3 +877,140 @@ def test_a_shard_frozen_while_it_holds_the_central_row_stalls_the_others_only_se
             drawer.join()
     assert_unique(drawn["a"] + drawn["b"])
     assert max(drawn["a"] + drawn["b"]) <= central_max_id(central, central_db)
+
+
+# Moments of a remote refill at which the proxy freezes shard A's link:
+# (the client frames to find, in order; how the link freezes there; whether
+# the central session is then left in its transaction, holding the row).
+FROZEN_LINK_MOMENTS = {
+    "the row's FETCH sent, its reply held": ((b"FOR UPDATE", b"FETCH"), "request", True),
+    "the row's FETCH answered, the UPDATE held": ((b"FOR UPDATE", b"FETCH"), "reply", True),
+    "the COMMIT held": ((b"FOR UPDATE", b"COMMIT TRANSACTION"), "hold", True),
+    "the COMMIT sent, its reply held": ((b"FOR UPDATE", b"COMMIT TRANSACTION"), "request", False),
+}
+
+
+@pytest.mark.parametrize("moment", FROZEN_LINK_MOMENTS)
+def test_a_link_frozen_mid_refill_stalls_the_other_shard_seconds_and_repeats_nothing(
+        make_cluster, moment):
+    """Shard A reaches the central server (on 127.0.0.1) through a proxy that
+    freezes the link at one moment of a refill — nothing passes either way
+    afterwards, as on a network that stopped — while shard B reaches it
+    directly. Where the central session is left in its transaction holding
+    the row, its pinned idle_in_transaction_session_timeout ends it, so B
+    gets ranges above everything granted before the freeze; once the link
+    is cut, A draws again; no ID of either repeats."""
+    patterns, how, holds_row = FROZEN_LINK_MOMENTS[moment]
+    [port] = free_ports(1)
+    central = make_cluster(tcp_port=port)
+    central.start()
+    central_db = central.new_database()
+    central.sql("SELECT segment_create('orders', step => 10)", dbname=central_db)
+    proxy = LinkProxy(port)
+    shards = []
+    for i, via in enumerate([proxy, None]):
+        shard = make_cluster(conf=(*SHARD_CONF, f"pg_idgen.machine_id = {i + 1}"))
+        shard.start()
+        db = shard.new_database()
+        attach(shard, db, central, central_db, via=via)
+        shards.append((shard, db))
+    [(a, a_db), (b, b_db)] = shards
+    drawn = {"a": draw_plain(a, a_db, "orders", 100), "b": draw_plain(b, b_db, "orders", 100)}
+    stop = threading.Event()
+
+    def keep_drawing():  # A's callers: errors while its link is frozen are expected
+        with a.connect(a_db) as conn:
+            while not stop.is_set():
+                try:
+                    drawn["a"] += draw(conn, "orders", 50)
+                except psycopg.Error:
+                    time.sleep(0.05)
+
+    drawer = threading.Thread(target=keep_drawing)
+    try:
+        proxy.freeze_after(*patterns, moment=how)
+        drawer.start()
+        assert proxy.fired.wait(120), "shard A's refill never reached the moment"
+        at_freeze = central_max_id(central, central_db)
+        if holds_row:
+            assert wait_for(lambda: "idle-in-transaction timeout" in central.log(), timeout=60), (
+                "the central session of the frozen link was not ended")
+        after = []
+        assert wait_for(lambda: _drew(b, b_db, after) and max(after) > at_freeze,
+                        timeout=120, interval=0.2), (
+            "shard B got no range from the central server after A's link froze")
+        drawn["b"] += after
+        proxy.release()
+        again = []
+        assert wait_for(lambda: _drew(a, a_db, again) and max(again) > at_freeze,
+                        timeout=120, interval=0.2), "shard A drew nothing after its link was cut"
+        drawn["a"] += again
+    finally:
+        stop.set()
+        proxy.close()
+        if drawer.ident is not None:
+            drawer.join()
+    assert_unique(drawn["a"] + drawn["b"])
+    assert max(drawn["a"] + drawn["b"]) <= central_max_id(central, central_db)
+
+
+def _central_schema(central, central_db):
+    (schema,), = central.sql(
+        "SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace "
+        "WHERE e.extname = 'pg_idgen'", dbname=central_db)
+    return schema
+
+
+# How a central server breaks after the attach, how it is mended, the
+# SQLSTATE the shard's callers get and a word of the hint's fix.
+CENTRAL_BREAKS = {
+    "update revoked": (
+        "REVOKE UPDATE ON {schema}.id_segment FROM mapped",
+        "GRANT UPDATE ON {schema}.id_segment TO mapped", "42501", "GRANT SELECT, UPDATE"),
+    "read-only sessions": (
+        "ALTER ROLE mapped SET default_transaction_read_only = on",
+        "ALTER ROLE mapped RESET default_transaction_read_only", "25006", "primary"),
+    "table renamed away": (
+        "ALTER TABLE {schema}.id_segment RENAME TO id_segment_away",
+        "ALTER TABLE {schema}.id_segment_away RENAME TO id_segment", "42P01", "table_name"),
+}
+
+
+@pytest.mark.parametrize("breaks", CENTRAL_BREAKS)
+def test_a_refill_failing_on_the_central_server_names_it_and_the_fix(make_cluster, breaks):
+    """The central server refuses the refill (for the mapped user: no
+    UPDATE, a read-only session, no table): the shard's callers get the
+    central server's SQLSTATE, a message naming the central server and its
+    cause, and a hint with the fix for that cause; once mended, it draws."""
+    broken, mended, sqlstate, fix = CENTRAL_BREAKS[breaks]
+    central = make_cluster()
+    central.start()
+    central_db = central.new_database()
+    central.sql("SELECT segment_create('orders', step => 10)", dbname=central_db)
+    schema = _central_schema(central, central_db)
+    for statement in ["CREATE ROLE mapped LOGIN", f"GRANT USAGE ON SCHEMA {schema} TO mapped",
+                      f"GRANT SELECT, UPDATE ON {schema}.id_segment TO mapped"]:
+        central.sql(statement, dbname=central_db)
+    shard = make_cluster(conf=(*SHARD_CONF, "pg_idgen.machine_id = 1"))
+    shard.start()
+    db = shard.new_database()
+    shard.sql("CREATE EXTENSION postgres_fdw", dbname=db)
+    shard.sql(f"CREATE SERVER central FOREIGN DATA WRAPPER postgres_fdw OPTIONS (host '{central.dir}', "
+              f"port '{central.port}', dbname '{central_db}', connect_timeout '2', options '{PINNED}')",
+              dbname=db)
+    shard.sql("CREATE USER MAPPING FOR CURRENT_USER SERVER central OPTIONS (user 'mapped')", dbname=db)
+    shard.sql("SELECT segment_attach('orders', 'central')", dbname=db)
+    drawn = draw_plain(shard, db, "orders", 100)
+    central.sql(broken.format(schema=schema), dbname=central_db)
+    # A new central session sees the change (postgres_fdw keeps its own).
+    central.sql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = 'mapped'",
+                dbname=central_db)
+    error = _draw_until_error(shard, db, drawn)
+    assert error.sqlstate == sqlstate, (error.sqlstate, str(error))
+    assert 'central server "central"' in str(error), str(error)
+    assert fix in (error.diag.message_hint or ""), error.diag.message_hint
+    central.sql(mended.format(schema=schema), dbname=central_db)
+    central.sql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = 'mapped'",
+                dbname=central_db)
+    assert wait_for(lambda: _drew(shard, db, drawn), timeout=60, interval=0.5)
+    assert_unique(drawn)

@@ -60,9 +60,12 @@ def base_conf(directory, preload=True):
 
 
 class Cluster:
-    def __init__(self, conf=(), preload=True, name="pg_idgen-it.", pg_bin=None, initdb_args=()):
+    def __init__(self, conf=(), preload=True, name="pg_idgen-it.", pg_bin=None, initdb_args=(),
+                 tcp_port=None):
         # Another PostgreSQL's binaries than PG_BIN (pg_upgrade's old side).
         self.pg_bin = pg_bin or PG_BIN
+        # With tcp_port, it also listens on 127.0.0.1 (never elsewhere).
+        self.port = tcp_port or 5432
         self.dir = tempfile.mkdtemp(prefix=name)
         shutil.chown(self.dir, "postgres", "postgres")
         self.data = os.path.join(self.dir, "data")
@@ -71,7 +74,8 @@ class Cluster:
             f"{self.pg_bin}/initdb", "-D", self.data, "-U", "postgres", "--auth=trust",
             "--no-sync", "-E", "UTF8", "--locale=C.UTF-8", *initdb_args,
         )
-        self.append_conf(*base_conf(self.dir, preload), *conf)
+        tcp = (f"listen_addresses = '127.0.0.1'", f"port = {tcp_port}") if tcp_port else ()
+        self.append_conf(*base_conf(self.dir, preload), *tcp, *conf)
 
     def append_conf(self, *lines):
         with open(os.path.join(self.data, "postgresql.conf"), "a") as f:
@@ -103,7 +107,7 @@ class Cluster:
         self.start(extra_env)
 
     def connect(self, dbname="postgres", autocommit=True, **kwargs):
-        return psycopg.connect(host=self.dir, user="postgres", dbname=dbname,
+        return psycopg.connect(host=self.dir, port=self.port, user="postgres", dbname=dbname,
                                autocommit=autocommit, **kwargs)
 
     def sql(self, query, params=None, dbname="postgres"):
@@ -121,7 +125,8 @@ class Cluster:
 
     def client(self, *args, check=True):
         """Runs a client program (pg_dump, psql, pg_basebackup) against it."""
-        return subprocess.run([f"{self.pg_bin}/{args[0]}", "-h", self.dir, "-U", "postgres", *args[1:]],
+        return subprocess.run([f"{self.pg_bin}/{args[0]}", "-h", self.dir, "-p", str(self.port), "-U", "postgres",
+                               *args[1:]],
                               check=check, capture_output=True, text=True)
 
     def destroy(self):
