@@ -19,12 +19,15 @@ pub fn attach_signal_handlers() {
 }
 
 /// Re-reads `postgresql.conf` if a SIGHUP came since the last look; called
-/// at the top of a worker's loop, outside any transaction.
-pub fn reload_if_asked() {
-    if BackgroundWorker::sighup_received() {
-        // SAFETY: in a worker's main loop, outside any transaction.
-        unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
+/// at the top of a worker's loop, outside any transaction. True if it
+/// did.
+pub fn reload_if_asked() -> bool {
+    if !BackgroundWorker::sighup_received() {
+        return false;
     }
+    // SAFETY: in a worker's main loop, outside any transaction.
+    unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
+    true
 }
 
 // utils/timeout.h, which pgrx does not bind; `TimeoutId` has the same

@@ -124,12 +124,32 @@
 //!   renewal finds the lease lost; no time above `ceiling_unix_ms` (cap the
 //!   persisted limit at it); only times above `floor_unix_ms`.
 //! * Give up only after the generator has stopped for good.
-//! * Seed the rows `0 ..= max machine id` before the first claim.
+//! * Seed the rows `0 ..= leased_max_machine_id(layout)` before the first
+//!   claim, and again whenever a read finds fewer (rows deleted by hand).
 //! * Name each server (`holder`) uniquely among live servers, and the same
 //!   across its restarts (so it finds its row again).
 
 use std::collections::BTreeMap;
 use std::fmt;
+
+/// How many machine ids a lease can hand out at most, whatever the layout:
+/// the ids `0 ..= 1023`. Each claim reads them all, and the first seeds
+/// them one by one through postgres_fdw, so a layout with 20 machine bits
+/// (a million ids) must not mean a million rows; 1,024 servers are more
+/// than one lease table serves.
+pub const MAX_LEASED_IDS: i32 = 1024;
+
+/// The highest machine id leased with a layout whose highest is
+/// `layout_max_machine_id`: the lower of it and `MAX_LEASED_IDS - 1`.
+pub fn leased_max_machine_id(layout_max_machine_id: i64) -> i32 {
+    layout_max_machine_id.clamp(0, i64::from(MAX_LEASED_IDS - 1)) as i32
+}
+
+/// Whether a read that returned `rows_read` rows of `0 ..= max_machine_id`
+/// found some missing: seed again before the next read.
+pub fn needs_seeding(rows_read: usize, max_machine_id: i32) -> bool {
+    (rows_read as i64) <= i64::from(max_machine_id)
+}
 
 /// Creates the rows `0 ..= $1` (int4) that do not exist yet.
 pub fn seed_sql(table: &str) -> String {
@@ -701,7 +721,20 @@ impl LeaseWatch {
 
 #[cfg(test)]
 mod tests {
+
     use super::*;
+
+    #[test]
+    fn leases_use_at_most_1024_ids_and_seed_again_when_rows_are_missing() {
+        assert_eq!(leased_max_machine_id(0), 0);
+        assert_eq!(leased_max_machine_id(255), 255);
+        assert_eq!(leased_max_machine_id(1023), 1023);
+        assert_eq!(leased_max_machine_id((1 << 20) - 1), 1023);
+        assert!(needs_seeding(0, 0));
+        assert!(!needs_seeding(1, 0));
+        assert!(needs_seeding(1023, 1023));
+        assert!(!needs_seeding(1024, 1023));
+    }
 
     impl Held {
         /// Whether IDs may be issued at monotonic instant `now_mono_ms`.

@@ -17,6 +17,11 @@
 //!   generators stop by themselves at the deadline.
 //! * At shutdown (SIGTERM) the generators stop, then the row is given up
 //!   with the ceiling as its floor, so the id is free at once.
+//! * Seeding: the rows `0 ..= lease::leased_max_machine_id(layout)` (at
+//!   most 1,024 whatever the machine bits) are inserted before the first
+//!   read, and again before the next read whenever one finds some missing.
+//! * A reload (SIGHUP) re-reads `pg_idgen.snowflake_max_lead` and
+//!   `pg_idgen.remote_timeout`: the next claim or renewal uses them.
 //!
 //! # Shared state
 //!
@@ -32,8 +37,8 @@ use super::clock::{mono_now_ms, now_unix_ms};
 use super::config::{lease_holder, lease_settings, setting_text};
 use super::generator::Generator;
 use super::lease::{
-    read_sql, seed_sql, Claim, ClaimChoice, Claimant, Held, LeaseError, LeaseRow, LeaseSettings,
-    LeaseWatch, Written,
+    leased_max_machine_id, needs_seeding, read_sql, seed_sql, Claim, ClaimChoice, Claimant, Held,
+    LeaseRow, LeaseSettings, LeaseWatch, Written,
 };
 use super::shared::{snowflake, Snowflake};
 use crate::bgworker;
@@ -138,7 +143,7 @@ pub extern "C-unwind" fn pg_idgen_lease_keeper_main(_arg: pg_sys::Datum) {
                 l.epoch_ms, l.time_bits, l.machine_bits, l.sequence_bits
             )
         },
-        max_machine: state.main.layout().max_machine().min(i64::from(i32::MAX)) as i32,
+        max_machine: leased_max_machine_id(state.main.layout().max_machine()),
         table: None,
         watch: LeaseWatch::new(),
         held: None,
@@ -146,6 +151,9 @@ pub extern "C-unwind" fn pg_idgen_lease_keeper_main(_arg: pg_sys::Datum) {
         seeded: false,
     };
     loop {
+        if bgworker::reload_if_asked() {
+            keeper.reread_settings();
+        }
         let sleep_ms = keeper.step().clamp(MIN_SLEEP_MS, MAX_SLEEP_MS);
         if BackgroundWorker::sigterm_received()
             || !BackgroundWorker::wait_latch(Some(Duration::from_millis(sleep_ms as u64)))
@@ -170,10 +178,24 @@ struct Keeper {
     watch: LeaseWatch,
     held: Option<Held>,
     previous: Option<i32>,
+    /// The last read found every row `0 ..= max_machine`; until then each
+    /// read seeds the missing ones first.
     seeded: bool,
 }
 
 impl Keeper {
+    /// After a reload: `pg_idgen.snowflake_max_lead` (the one lease setting
+    /// a reload can change) reaches the ceiling of the next renewal. A
+    /// value the lease rules refuse keeps the one before, and says so.
+    fn reread_settings(&mut self) {
+        match lease_settings() {
+            Ok(settings) => self.settings = settings,
+            Err(e) => self.problem(&format!(
+                "the settings after the reload are refused, the lease goes on with the ones before: {e}"
+            )),
+        }
+    }
+
     /// One step; returns how long to sleep (ms).
     fn step(&mut self) -> i64 {
         let Some(table) = self.find_table() else {
@@ -315,6 +337,7 @@ impl Keeper {
     }
 
     fn claim(&mut self, table: &str) -> i64 {
+        let seeded_by_this_read = !self.seeded;
         let rows = match self.read_rows(table) {
             Outcome::Done(rows) => rows,
             Outcome::NoMatch => return READ_AGAIN_MS,
@@ -323,7 +346,11 @@ impl Keeper {
                 return RETRY_MS;
             }
         };
-        self.seeded = true;
+        self.seeded = !needs_seeding(rows.len(), self.max_machine);
+        if !self.seeded && !seeded_by_this_read {
+            // Rows deleted by hand: the next read seeds them again first.
+            return READ_AGAIN_MS;
+        }
         self.watch.observe(rows, mono_now_ms());
         let claimant = Claimant {
             holder: &self.holder,
@@ -341,8 +368,6 @@ impl Keeper {
                 return mono_ms - mono_now_ms();
             }
             Err(e) => {
-                // Rows deleted by hand: seed them again.
-                self.seeded &= !matches!(e, LeaseError::NoRows { .. });
                 self.problem(&e.to_string());
                 return RETRY_MS;
             }

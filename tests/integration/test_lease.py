@@ -243,3 +243,74 @@ def test_a_clean_stop_leaves_the_exact_floor_and_a_terminated_keeper_comes_back(
     assert lease_of(a)[0] == machine, "a restart takes its previous id back"
     again = draw_snowflakes(a, 1000, dbname=server_db(a))
     assert min(again) > max(ids)
+
+
+def _lead_recorded_ms(central, machine):
+    """The ceiling the holder's last write recorded (floor_unix_ms), less
+    the time it said it stops issuing (lease_until): its max_lead."""
+    (lead,), = central.sql(
+        "SELECT floor_unix_ms - round(extract(epoch FROM lease_until) * 1000)::bigint "
+        "FROM idgen_machine_lease WHERE machine_id = %s", (machine,))
+    return lead
+
+
+def test_a_reloaded_max_lead_reaches_the_ceiling_of_the_next_renewal(make_cluster):
+    """pg_idgen.snowflake_max_lead is reloadable, and the lease's ceiling is
+    the lease's end plus it: after a reload, the next renewal records the
+    new lead (it kept the one read at start)."""
+    central = central_server(make_cluster)
+    a = leased_server(make_cluster, central)
+    server_db(a)
+    assert wait_for(lambda: holds_lease(a), timeout=60)
+    machine = lease_of(a)[0]
+    assert wait_for(lambda: abs(_lead_recorded_ms(central, machine) - 5_000) <= 1, timeout=30), (
+        _lead_recorded_ms(central, machine))
+    a.sql("ALTER SYSTEM SET pg_idgen.snowflake_max_lead = '60s'")
+    a.sql("SELECT pg_reload_conf()")
+    assert wait_for(lambda: abs(_lead_recorded_ms(central, machine) - 60_000) <= 1, timeout=30), (
+        _lead_recorded_ms(central, machine))
+    assert lease_of(a)[3] in (None, ""), lease_of(a)
+
+
+def test_rows_deleted_by_hand_are_seeded_again_at_the_next_claim(make_cluster):
+    """Two free rows deleted from the central table while a server holds
+    its lease; its row then changes under it (as when another server takes
+    it): the keeper claims again, and that claim seeds the missing rows
+    first (before, only an empty table was seeded)."""
+    central = central_server(make_cluster)
+    a = leased_server(make_cluster, central)
+    server_db(a)
+    assert wait_for(lambda: holds_lease(a), timeout=60)
+    machine = lease_of(a)[0]
+    assert central.sql("SELECT count(*) FROM idgen_machine_lease") == [(1024,)]
+    central.sql("DELETE FROM idgen_machine_lease WHERE machine_id IN (700, 1023)")
+    central.sql("UPDATE idgen_machine_lease SET version = version + 1 WHERE machine_id = %s",
+                (machine,))
+    assert wait_for(lambda: central.sql("SELECT count(*) FROM idgen_machine_lease") == [(1024,)],
+                    timeout=60), "the deleted rows were never seeded again"
+    assert wait_for(lambda: holds_lease(a), timeout=60)
+    assert wait_for(lambda: _issued(a, 1000), timeout=60, interval=0.2), (
+        "no IDs after claiming again (the row's floor is its previous ceiling, some seconds ahead)")
+
+
+def _issued(server, n):
+    try:
+        assert_unique(draw_snowflakes(server, n, dbname=server_db(server)))
+        return True
+    except psycopg.Error:
+        return False
+
+
+def test_a_layout_with_20_machine_bits_gets_a_lease_among_the_first_1024_ids(make_cluster):
+    """With 20 machine bits (a million ids) the keeper seeded a million
+    rows one by one through postgres_fdw, past pg_idgen.remote_timeout, and
+    never got a lease: leases use the ids 0 to 1023 whatever the layout."""
+    wide = ("pg_idgen.snowflake_machine_bits = 20", "pg_idgen.snowflake_sequence_bits = 2")
+    central = central_server(make_cluster)
+    a = leased_server(make_cluster, central, conf=wide)
+    server_db(a)
+    assert wait_for(lambda: holds_lease(a), timeout=60), lease_of(a)
+    assert central.sql("SELECT count(*), max(machine_id) FROM idgen_machine_lease") == [(1024, 1023)]
+    ids = draw_snowflakes(a, 1000, dbname=server_db(a))
+    assert_increasing(ids)
+    assert machine_of(a, ids) == {lease_of(a)[0]}
