@@ -184,7 +184,7 @@ pub enum IdgenError {
         server: String,
     },
     /// `segment_attach`, or a remote refill: the server's `options` do not
-    /// pin the central session's settings (`segment/remote_session.rs`).
+    /// pin the central session's settings (`remote_session.rs`).
     RemoteSessionUnsafe {
         server: String,
         problem: String,
@@ -391,15 +391,22 @@ pub fn refill_problem_report(problem: &RefillProblem, tag: &str) -> StoredError 
                 let e = IdgenError::UnknownTag { tag: tag.to_string() };
                 (e.code(), e.message(), e.hint())
             }
-            RefillProblem::NoRemoteRow { foreign_table, max_id_seen } => (
+            RefillProblem::NoRemoteRow { foreign_table, max_id_seen, step } => (
                 ERRCODE_UNDEFINED_OBJECT,
                 format!("segment tag \"{tag}\" has no row on the central server (foreign table {foreign_table})"),
-                match max_id_seen {
-                    Some(seen) => format!(
-                        "This server has taken IDs up to {seen} from it. Create it there above what every server attached to it has taken (the largest id_segment_remote.max_id_seen of them): SELECT segment_create({}, start => {}) on the central server; or segment_drop() it here.",
-                        quote_literal(tag), seen.saturating_add(1)
-                    ),
-                    None => format!("Create it there (SELECT segment_create({}) on the central server), or segment_drop() it here.", quote_literal(tag)),
+                {
+                    // Unknown after a restart (no refill since): a placeholder.
+                    let step = match step {
+                        Some(s) => format!(", step => {s}"),
+                        None => ", step => <the step it had>".to_string(),
+                    };
+                    match max_id_seen {
+                        Some(seen) => format!(
+                            "This server has taken IDs up to {seen} from it. Create it there above what every server attached to it has taken (the largest id_segment_remote.max_id_seen of them): SELECT segment_create({}, start => {}{step}) on the central server; or segment_drop() it here.",
+                            quote_literal(tag), seen.saturating_add(1)
+                        ),
+                        None => format!("Create it there (SELECT segment_create({}{step}) on the central server), or segment_drop() it here.", quote_literal(tag)),
+                    }
                 },
             ),
             RefillProblem::ForeignTableGone { server } => (
@@ -774,7 +781,7 @@ impl IdgenError {
             }
             IdgenError::NoSuchServer { server } => format!(
                 "Create it with postgres_fdw: CREATE EXTENSION postgres_fdw; CREATE SERVER {} FOREIGN DATA WRAPPER postgres_fdw OPTIONS (host '...', dbname '...', connect_timeout '5', options '{}'); CREATE USER MAPPING FOR CURRENT_USER SERVER {} OPTIONS (user '...', password '...');",
-                quote_identifier(server), crate::segment::remote_session::PINNED_OPTIONS, quote_identifier(server)
+                quote_identifier(server), crate::remote_session::PINNED_OPTIONS, quote_identifier(server)
             ),
             IdgenError::NotPostgresFdw { .. } => "segment_attach takes ranges through postgres_fdw: name a server created with FOREIGN DATA WRAPPER postgres_fdw.".into(),
             IdgenError::NoConnectTimeout { server } => format!(
@@ -786,10 +793,10 @@ impl IdgenError {
                 quote_literal(tag)
             ),
             IdgenError::RemoteSessionUnsafe { server, options, .. } => format!(
-                "Ranges are taken through it only when the central server's session flushes each commit, waits at most 10ms for a row lock and ends a transaction left idle: ALTER SERVER {} OPTIONS ({} options {});",
+                "Ranges and machine-id leases are taken through it only when the central server's session flushes each commit, waits at most 10ms for a row lock and ends a transaction left idle: ALTER SERVER {} OPTIONS ({} options {});",
                 quote_identifier(server),
                 if options.is_some() { "SET" } else { "ADD" },
-                quote_literal(&crate::segment::remote_session::fixed_options(options.as_deref()))
+                quote_literal(&crate::remote_session::fixed_options(options.as_deref()))
             ),
             IdgenError::RemoteTagMissing { tag, .. } => format!(
                 "Create it on the central server first (SELECT segment_create({}) there, or INSERT the tag's row into its id_segment), then attach it here.",

@@ -6,7 +6,8 @@
 //! folder that `cargo pgrx test` needs. See `segment` for segment IDs,
 //! `snowflake` for snowflake IDs and `base62` for short codes; both wings
 //! share `errors` (every report), `gucs` (every setting), `catalog`
-//! (quoting and catalog look-ups), `bgworker` (what every worker does) and
+//! (quoting and catalog look-ups), `bgworker` (what every worker does),
+//! `remote_session` (what a central server's session must pin) and
 //! `shmem` (the shared-memory hooks).
 
 use pgrx::prelude::*;
@@ -18,6 +19,7 @@ mod catalog;
 pub mod errors;
 mod failpoints;
 pub mod gucs;
+mod remote_session;
 pub mod segment;
 mod shmem;
 pub mod snowflake;

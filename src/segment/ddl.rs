@@ -20,11 +20,11 @@
 
 use super::created_here;
 use super::registry::registry_or_raise;
-use super::remote_session;
 use super::sql::forget_resolved;
 use super::tag::{self, check_tag, current_table_oid, table_name};
 use crate::catalog::{my_database, quote_identifier, quote_literal, table_schema};
 use crate::errors::{required, IdgenError};
+use crate::remote_session;
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 

@@ -70,9 +70,9 @@
 //! creates can change what these statements do.
 
 use super::policy::{granted_range, plan_range, RefillProblem};
-use super::remote_session;
 use crate::catalog::as_owner;
 use crate::failpoints::failpoint;
+use crate::remote_session;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
@@ -293,6 +293,7 @@ fn take_remote_range(
             return Ok(Err(RefillProblem::NoRemoteRow {
                 foreign_table: remote.qualified_name,
                 max_id_seen: floor,
+                step: None,
             }))
         }
         Err(RefillProblem::MaxIdBehind { max_id, handed_out }) => {

@@ -5,8 +5,6 @@
 //! * `chain`: the lock-free range chain.
 //! * `policy`: when to refill, where the prefetch mark sits, what range a
 //!   row grants.
-//! * `remote_session`: what a postgres_fdw server's `options` must pin on
-//!   the central server's session before a shard refills through it.
 //!
 //! PostgreSQL glue:
 //! * `registry`: slots and worker entries in shared memory; the locking
@@ -30,7 +28,6 @@ pub mod guard;
 pub mod lifecycle;
 pub mod policy;
 pub mod registry;
-pub mod remote_session;
 pub mod sql;
 pub mod status;
 pub mod tag;

@@ -175,6 +175,9 @@ pub enum RefillProblem {
         foreign_table: String,
         /// The largest ID this server took from the row before it went.
         max_id_seen: Option<i64>,
+        /// The row's step as the last refill read it (set by the worker,
+        /// which keeps it), so the hint makes the row again as it was.
+        step: Option<i64>,
     },
     /// A remote tag's foreign table was dropped.
     ForeignTableGone {

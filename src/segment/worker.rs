@@ -443,7 +443,10 @@ fn refill(
     let (tag, generation) = (attempt.tag, attempt.generation);
     let status = slot.status();
     let handed_out = (status.published > 0 && status.high_water > 0).then_some(status.high_water);
-    let take = take_range(&attempt, slot.table_oid(), handed_out);
+    let mut take = take_range(&attempt, slot.table_oid(), handed_out);
+    if let RangeTake::Problem(RefillProblem::NoRemoteRow { step, .. }) = &mut take {
+        *step = Some(slot.stats.step.load(Ordering::Relaxed)).filter(|&s| s > 0);
+    }
     failpoint("worker-before-publish");
     let error = match take {
         RangeTake::Granted(granted) => match publish(registry, &attempt, &granted) {

@@ -42,8 +42,9 @@ use super::lease::{
 };
 use super::shared::{snowflake, Snowflake};
 use crate::bgworker;
-use crate::errors::StoredError;
+use crate::errors::{IdgenError, StoredError};
 use crate::gucs;
+use crate::remote_session;
 use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder, BgWorkerStartTime};
 use pgrx::prelude::*;
 use std::sync::atomic::Ordering;
@@ -173,7 +174,7 @@ struct Keeper {
     holder: String,
     layout_text: String,
     max_machine: i32,
-    /// The lease table's quoted name, once found.
+    /// The lease table's quoted name, as last found (for the give-up).
     table: Option<String>,
     watch: LeaseWatch,
     held: Option<Held>,
@@ -216,15 +217,17 @@ impl Keeper {
         self.state.lease.problem.set(text);
     }
 
+    /// The lease table's quoted name, looked up at every step (a local
+    /// catalog read): its server's `options` must pin the central session
+    /// (`remote_session.rs`), and an `ALTER SERVER` takes effect at once.
     fn find_table(&mut self) -> Option<String> {
-        if self.table.is_some() {
-            return self.table.clone();
-        }
         let name = setting_text(&gucs::LEASE_TABLE);
         let found = run(|| {
             Spi::connect(|client| {
                 let rows = client.select(
-                    "SELECT c.oid::pg_catalog.regclass::pg_catalog.text, s.srvname::pg_catalog.text \
+                    "SELECT c.oid::pg_catalog.regclass::pg_catalog.text, s.srvname::pg_catalog.text, \
+                            (SELECT o.option_value FROM pg_catalog.pg_options_to_table(s.srvoptions) o \
+                              WHERE o.option_name OPERATOR(pg_catalog.=) 'options') \
                        FROM pg_catalog.pg_class c \
                        LEFT JOIN pg_catalog.pg_foreign_table f ON f.ftrelid OPERATOR(pg_catalog.=) c.oid \
                        LEFT JOIN pg_catalog.pg_foreign_server s ON s.oid OPERATOR(pg_catalog.=) f.ftserver \
@@ -239,17 +242,33 @@ impl Keeper {
                 Ok(Some((
                     row.get::<String>(1)?.unwrap_or_default(),
                     row.get::<String>(2)?,
+                    row.get::<String>(3)?,
                 )))
             })
         });
         match found {
-            Outcome::Done((qualified, server)) => {
+            Outcome::Done((qualified, server, options)) => {
                 let database = setting_text(&gucs::LEASE_DATABASE);
                 self.state.lease.source.set(&format!(
                     "{} ({database}.{qualified})",
                     server.as_deref().unwrap_or("local table")
                 ));
                 self.table = Some(qualified.clone());
+                if let Some(server) = server {
+                    if let Some(problem) = remote_session::problem(options.as_deref()) {
+                        let unsafe_session = IdgenError::RemoteSessionUnsafe {
+                            server,
+                            problem,
+                            options,
+                        }
+                        .stored();
+                        self.problem(&format!(
+                            "{} (no lease is claimed or renewed through it). {}",
+                            unsafe_session.message, unsafe_session.hint
+                        ));
+                        return None;
+                    }
+                }
                 Some(qualified)
             }
             Outcome::NoMatch => {

@@ -68,6 +68,11 @@ def check_unique(tally, ids):
 # ---------------------------------------------------------------------------
 # Waiting and threads.
 
+# What segment_attach and the lease keeper require a postgres_fdw server's
+# options to pin on the central session (remote_session.rs).
+PINNED = "-c synchronous_commit=on -c lock_timeout=10ms -c idle_in_transaction_session_timeout=5s"
+
+
 def free_ports(n):
     """n TCP ports of 127.0.0.1 free at the moment (bound to port 0)."""
     socks = []

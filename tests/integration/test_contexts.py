@@ -4,7 +4,9 @@ changing between calls inside one statement or one transaction.
 
 Two tags: 'a' (start 1, step 10) and 'b' (start 1e9, step 10); the worker
 takes one step per refill (max_ids_ahead = 1), so every context crosses
-several refills of both tags. Every ID is checked against the tag it was
+several refills of both tags. The matrix runs twice: with both tags local,
+and with 'b' attached to a central server (segment_attach), so that every
+context also crosses remote refills through postgres_fdw. Every ID is checked against the tag it was
 asked for: an 'a' ID is below 1e9 and at most a's max_id, a 'b' ID is at
 least 1e9 and at most b's max_id; within one session each tag's IDs strictly
 increase; no ID of a tag comes out twice, in one context or across all of
@@ -19,18 +21,20 @@ expression state (and fn_extra) while their values change.
 
 import pytest
 
-from helpers import duplicates
+from helpers import PINNED, duplicates
 
 A_START, B_START, STEP = 1, 1_000_000_000, 10
 TAGS = ("a", "b")
 
-# Every ID received in this module, by tag, to find repeats across contexts.
-SEEN = {"a": set(), "b": set()}
+# Every ID received in this module, by matrix and tag, to find repeats
+# across contexts.
+SEEN = {}
 REPEATS = []
 
-SETUP = f"""
-SELECT segment_create('a', start => {A_START}, step => {STEP});
-SELECT segment_create('b', start => {B_START}, step => {STEP});
+CREATE_A = f"SELECT segment_create('a', start => {A_START}, step => {STEP})"
+CREATE_B = f"SELECT segment_create('b', start => {B_START}, step => {STEP})"
+
+SETUP = """
 
 -- Issue 9's reproduction, as written there.
 CREATE FUNCTION next_id(t text) RETURNS bigint LANGUAGE plpgsql AS $$ BEGIN RETURN segment_nextval(t); END $$;
@@ -129,16 +133,40 @@ CREATE TABLE do_out (ord serial, tag text, id bigint);
 """
 
 
-@pytest.fixture(scope="module")
-def matrix(make_module_cluster):
+MATRICES = ["both tags local", "b attached to a central server"]
+
+
+@pytest.fixture(scope="module", params=MATRICES)
+def matrix(request, make_module_cluster):
     """A cluster whose worker takes one step (10 IDs) per refill, and one
-    database with the two tags and every function and table used below."""
+    database with the two tags and every function and table used below;
+    'b' on a central server of its own in the second matrix. Returns the
+    cluster, the database, and where each tag's max_id is read."""
     c = make_module_cluster(conf=["pg_idgen.max_ids_ahead = 1"])
     c.start()
     db = c.new_database()
+    c.sql(CREATE_A, dbname=db)
+    rows = {"a": (c, db), "b": (c, db)}
+    if request.param == MATRICES[1]:
+        central = make_module_cluster()
+        central.start()
+        central_db = central.new_database()
+        central.sql(CREATE_B, dbname=central_db)
+        for statement in [
+            "CREATE EXTENSION postgres_fdw",
+            f"CREATE SERVER central FOREIGN DATA WRAPPER postgres_fdw OPTIONS (host '{central.dir}', "
+            f"port '{central.port}', dbname '{central_db}', connect_timeout '2', options '{PINNED}')",
+            "CREATE USER MAPPING FOR CURRENT_USER SERVER central OPTIONS (user 'postgres')",
+            "SELECT segment_attach('b', 'central')",
+        ]:
+            c.sql(statement, dbname=db)
+        rows["b"] = (central, central_db)
+    else:
+        c.sql(CREATE_B, dbname=db)
     with c.connect(db) as conn:
         conn.execute(SETUP)
-    return c, db
+    SEEN[request.param] = {"a": set(), "b": set()}
+    return c, db, rows, SEEN[request.param]
 
 
 def alternating(n):
@@ -373,21 +401,24 @@ CONTEXTS = {name[len("ctx_"):]: fn for name, fn in list(globals().items()) if na
 AUTOCOMMIT = {"procedure_with_commit"}
 
 
-def check_pairs(cluster, db, context, pairs):
+def check_pairs(rows, seen, context, pairs):
     """Every ID against its own tag, in order, and against every ID of every
-    context before it."""
+    context before it (`seen`: this matrix's); `rows`: where each tag's row
+    is, as (cluster, database)."""
     by_tag = {tag: [i for t, i in pairs if t == tag] for tag in TAGS}
     assert not [t for t, _ in pairs if t not in TAGS], "a context returned a tag it was not asked for"
     # Record first, so later contexts are checked against these too.
-    repeated = {tag: sorted(SEEN[tag].intersection(ids)) for tag, ids in by_tag.items()}
+    repeated = {tag: sorted(seen[tag].intersection(ids)) for tag, ids in by_tag.items()}
     for tag, ids in by_tag.items():
-        SEEN[tag].update(ids)
+        seen[tag].update(ids)
     REPEATS.extend((context, tag, i) for tag, ids in repeated.items() for i in ids)
 
     for tag in TAGS:
         assert len(by_tag[tag]) > 2 * STEP, \
             f"only {len(by_tag[tag])} IDs of '{tag}': the context did not cross a refill"
-    max_ids = dict(cluster.sql("SELECT biz_tag, max_id FROM id_segment", dbname=db))
+    max_ids = {tag: cluster.sql("SELECT max_id FROM id_segment WHERE biz_tag = %s", (tag,),
+                                dbname=db)[0][0]
+               for tag, (cluster, db) in rows.items()}
     a_ids, b_ids = by_tag["a"], by_tag["b"]
     foreign_in_a = [i for i in a_ids if not A_START <= i <= max_ids["a"]]
     foreign_in_b = [i for i in b_ids if not B_START <= i <= max_ids["b"]]
@@ -412,18 +443,19 @@ def test_segment_nextval_keeps_each_tag_apart_in_every_calling_context(matrix, c
     """Calls segment_nextval from one calling context, alternating tags 'a'
     and 'b' within one statement or transaction, and checks every ID
     against the tag it was asked for (see the module docstring)."""
-    cluster, db = matrix
+    cluster, db, rows, seen = matrix
     with cluster.connect(db, autocommit=context in AUTOCOMMIT) as conn:
         conn.execute("SET statement_timeout = '60s'")
         pairs = CONTEXTS[context](conn)
         if not conn.autocommit:
             conn.commit()
-    check_pairs(cluster, db, context, pairs)
+    check_pairs(rows, seen, context, pairs)
 
 
 def test_no_id_repeats_across_all_contexts(matrix):
-    """Across every context that ran in this module: each tag's IDs are
+    """Across every context that ran on this matrix: each tag's IDs are
     unique, and both tags' ranges never met."""
-    assert SEEN["a"] and SEEN["b"], "no context ran"
+    seen = matrix[3]
+    assert seen["a"] and seen["b"], "no context ran"
     assert not REPEATS, f"{len(REPEATS)} IDs repeated across contexts, e.g. {REPEATS[:5]}"
-    assert not SEEN["a"].intersection(SEEN["b"]), "an ID was handed out for both 'a' and 'b'"
+    assert not seen["a"].intersection(seen["b"]), "an ID was handed out for both 'a' and 'b'"

@@ -11,7 +11,7 @@ import time
 import psycopg
 import pytest
 
-from helpers import assert_increasing, assert_unique, draw_snowflakes, faketime_env, wait_for
+from helpers import PINNED, assert_increasing, assert_unique, draw_snowflakes, faketime_env, wait_for
 
 LEASE_DDL = """CREATE TABLE idgen_machine_lease (
     machine_id    int4 PRIMARY KEY CHECK (machine_id >= 0),
@@ -40,9 +40,10 @@ def leased_server(make_cluster, central, conf=(), env=None, start=True):
     return server
 
 
-def start_leased(server, central, env=None):
+def start_leased(server, central, env=None, options=PINNED):
     """Starts the server and gives it the foreign table its lease keeper
-    looks for (it retries until the table is there)."""
+    looks for (it retries until the table is there); `options`: the
+    server's libpq options (None: none)."""
     server.start(extra_env=env)
     # pg_idgen.snowflake_database (postgres): where the mark is WAL-logged.
     server.sql("CREATE EXTENSION IF NOT EXISTS pg_idgen")
@@ -50,7 +51,8 @@ def start_leased(server, central, env=None):
         for statement in [
             "CREATE EXTENSION postgres_fdw",
             f"CREATE SERVER central FOREIGN DATA WRAPPER postgres_fdw OPTIONS (host '{central.dir}', "
-            "port '5432', dbname 'postgres', connect_timeout '2')",
+            "port '5432', dbname 'postgres', connect_timeout '2'"
+            + (f", options '{options}')" if options else ")"),
             "CREATE USER MAPPING FOR postgres SERVER central OPTIONS (user 'postgres')",
             "CREATE FOREIGN TABLE idgen_machine_lease (machine_id int4 NOT NULL, holder text, "
             "version int8 NOT NULL, lease_ms int8 NOT NULL, floor_unix_ms int8, layout text, "
@@ -314,3 +316,22 @@ def test_a_layout_with_20_machine_bits_gets_a_lease_among_the_first_1024_ids(mak
     ids = draw_snowflakes(a, 1000, dbname=server_db(a))
     assert_increasing(ids)
     assert machine_of(a, ids) == {lease_of(a)[0]}
+
+
+def test_no_lease_through_a_server_that_leaves_the_central_session_unpinned(make_cluster):
+    """A lease's ceiling lives in the central row: a central server with
+    asynchronous commit could lose it in a crash and let a successor start
+    below IDs already issued. Without options pinning synchronous_commit
+    (and the lock and idle timeouts) the keeper claims nothing and says
+    why, with the ALTER SERVER that fixes it; with them it claims."""
+    central = central_server(make_cluster)
+    a = leased_server(make_cluster, central, start=False)
+    start_leased(a, central, options=None)
+    server_db(a)
+    assert wait_for(lambda: "ALTER SERVER" in (lease_of(a)[3] or ""), timeout=60), lease_of(a)
+    assert lease_of(a)[0] is None
+    assert "synchronous_commit" in lease_of(a)[3], lease_of(a)[3]
+    assert central.sql("SELECT count(*) FROM idgen_machine_lease WHERE holder IS NOT NULL") == [(0,)]
+    a.sql(f"ALTER SERVER central OPTIONS (ADD options '{PINNED}')")
+    assert wait_for(lambda: holds_lease(a), timeout=60), lease_of(a)
+    assert_unique(draw_snowflakes(a, 1000, dbname=server_db(a)))

@@ -15,11 +15,9 @@ import psycopg
 import pytest
 
 from adversary import paused
-from helpers import assert_increasing, assert_unique, draw, draw_plain, free_ports, row_locked, wait_for
+from helpers import (PINNED, assert_increasing, assert_unique, draw, draw_plain, free_ports, row_locked,
+                     wait_for)
 from proxy import LinkProxy
-
-# What segment_attach requires the server to pin on the central session.
-PINNED = "-c synchronous_commit=on -c lock_timeout=10ms -c idle_in_transaction_session_timeout=5s"
 
 EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "sharding")
 
@@ -625,7 +623,7 @@ def test_a_central_row_lowered_or_made_anew_is_refused_and_the_hints_name_a_safe
     """A hand-made central table (no guard trigger) lowered by hand, then
     the row dropped and created again: the shard refuses both, after a
     restart too, and the missing row's hint names a start above every ID
-    the shard took — never 1."""
+    the shard took — never 1 — and the row's step."""
     central, central_db, shard, db = _hand_made_central_and_shard(make_cluster)
     drawn = draw_plain(shard, db, "orders", 20_000)
     central.sql("UPDATE id_segment SET max_id = 100 WHERE biz_tag = 'orders'", dbname=central_db)
@@ -641,7 +639,8 @@ def test_a_central_row_lowered_or_made_anew_is_refused_and_the_hints_name_a_safe
     seen = _seen(shard, db)
     assert seen >= max(drawn)
     hint = error.diag.message_hint
-    assert f"start => {seen + 1}" in hint, hint
+    # The step, as the last refill read it: unknown since the restart.
+    assert f"start => {seen + 1}, step => <the step it had>)" in hint, hint
     # Following the hint (a hand-made table: the row segment_create makes).
     central.sql("INSERT INTO id_segment (biz_tag, max_id, step) VALUES ('orders', %s, 10)",
                 (seen,), dbname=central_db)

@@ -208,6 +208,19 @@ SELECT segment_attach('far', 'loop', remote_schema => 'central');
 \echo :LAST_ERROR_SQLSTATE
 SELECT segment_create('far');
 \echo :LAST_ERROR_SQLSTATE
+-- The central table gone (renamed away): the refill's error names the
+-- central server, the cause and the fix.
+ALTER TABLE central.id_segment RENAME TO id_segment_away;
+SELECT count(segment_nextval('far')) FROM generate_series(1, 100000);
+\echo :LAST_ERROR_SQLSTATE
+ALTER TABLE central.id_segment_away RENAME TO id_segment;
+-- The central row lowered below what this server took from it: refused,
+-- naming the mark to raise it to (test_remote.py draws after the raise).
+UPDATE central.id_segment SET max_id = 0 WHERE biz_tag = 'far';
+SELECT count(segment_nextval('far')) FROM generate_series(1, 100000);
+\echo :LAST_ERROR_SQLSTATE
+UPDATE central.id_segment SET max_id = r.max_id_seen, version = version + 1
+  FROM id_segment_remote r WHERE r.biz_tag = 'far' AND id_segment.biz_tag = 'far';
 -- The central row deleted: the next refill names it (and frees the slot).
 DELETE FROM central.id_segment WHERE biz_tag = 'far';
 SELECT count(segment_nextval('far')) FROM generate_series(1, 100000);

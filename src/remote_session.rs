@@ -1,10 +1,13 @@
 //! What a postgres_fdw server must pin on the central server's session
-//! before a shard takes ranges through it, read from the server's libpq
-//! `options` option (`-c name=value ...`). Pure: no pgrx.
+//! before a shard takes ranges (`segment_attach`, every remote refill) or
+//! a machine-id lease (the lease keeper, before every claim and renewal)
+//! through it, read from the server's libpq `options` option (`-c
+//! name=value ...`). Pure: no pgrx.
 //!
 //! postgres_fdw runs the remote transaction with the central server's own
-//! defaults; the refill worker's `SET LOCAL`s stay on the shard. So the
-//! settings that make a remote refill safe travel in the connection:
+//! defaults; a worker's `SET LOCAL`s stay on the shard. So the settings
+//! that make a remote refill (or a lease's write, whose ceiling a lost
+//! commit would forget) safe travel in the connection:
 //!
 //! - `synchronous_commit` `on`, `remote_write` or `remote_apply` (not
 //!   `off`, not `local`): a range is handed out only after the central
