@@ -11,7 +11,8 @@ import time
 import psycopg
 import pytest
 
-from helpers import PINNED, assert_increasing, assert_unique, draw_snowflakes, faketime_env, wait_for
+from helpers import PINNED, assert_increasing, assert_unique, draw_snowflakes, faketime_env, free_ports, wait_for
+from proxy import LinkProxy
 
 LEASE_DDL = """CREATE TABLE idgen_machine_lease (
     machine_id    int4 PRIMARY KEY CHECK (machine_id >= 0),
@@ -26,32 +27,34 @@ LEASE_CONF = ("pg_idgen.machine_id = 'lease'", "pg_idgen.lease_duration = '3s'",
               "pg_idgen.lease_margin = '200ms'", "pg_idgen.snowflake_max_wait = '500ms'")
 
 
-def central_server(make_cluster):
-    central = make_cluster(preload=False)
+def central_server(make_cluster, tcp_port=None):
+    central = make_cluster(preload=False, tcp_port=tcp_port)
     central.start()
     central.sql(LEASE_DDL)
     return central
 
 
-def leased_server(make_cluster, central, conf=(), env=None, start=True):
+def leased_server(make_cluster, central, conf=(), env=None, start=True, via=None):
     server = make_cluster(conf=(*LEASE_CONF, *conf))
     if start:
-        start_leased(server, central, env)
+        start_leased(server, central, env, via=via)
     return server
 
 
-def start_leased(server, central, env=None, options=PINNED):
+def start_leased(server, central, env=None, options=PINNED, via=None):
     """Starts the server and gives it the foreign table its lease keeper
     looks for (it retries until the table is there); `options`: the
-    server's libpq options (None: none)."""
+    server's libpq options (None: none); `via`: a LinkProxy it reaches the
+    central server through."""
+    host, port = ("127.0.0.1", via.port) if via else (central.dir, central.port)
     server.start(extra_env=env)
     # pg_idgen.snowflake_database (postgres): where the mark is WAL-logged.
     server.sql("CREATE EXTENSION IF NOT EXISTS pg_idgen")
     if not server.sql("SELECT 1 FROM pg_class WHERE relname = 'idgen_machine_lease'"):
         for statement in [
             "CREATE EXTENSION postgres_fdw",
-            f"CREATE SERVER central FOREIGN DATA WRAPPER postgres_fdw OPTIONS (host '{central.dir}', "
-            "port '5432', dbname 'postgres', connect_timeout '2'"
+            f"CREATE SERVER central FOREIGN DATA WRAPPER postgres_fdw OPTIONS (host '{host}', "
+            f"port '{port}', dbname 'postgres', connect_timeout '2'"
             + (f", options '{options}')" if options else ")"),
             "CREATE USER MAPPING FOR postgres SERVER central OPTIONS (user 'postgres')",
             "CREATE FOREIGN TABLE idgen_machine_lease (machine_id int4 NOT NULL, holder text, "
@@ -335,3 +338,54 @@ def test_no_lease_through_a_server_that_leaves_the_central_session_unpinned(make
     a.sql(f"ALTER SERVER central OPTIONS (ADD options '{PINNED}')")
     assert wait_for(lambda: holds_lease(a), timeout=60), lease_of(a)
     assert_unique(draw_snowflakes(a, 1000, dbname=server_db(a)))
+
+
+def test_a_holder_whose_link_froze_before_its_renewal_committed_frees_the_row_in_seconds(make_cluster):
+    """One machine id (0 machine bits). Holder A reaches the central server
+    (on 127.0.0.1) through a proxy that holds back the COMMIT of A's
+    renewal, and then every new connection of A: the central session is
+    left in its transaction, the row locked. Its pinned idle_in_transaction_session_timeout (5 s) ends it,
+    so B (a direct link) watches the row unchanged for A's lease and takes
+    the id over (before, the row stayed locked and B got no lease); B's
+    IDs are above every ID A issued, and A stops by its deadline."""
+    narrow = ("pg_idgen.snowflake_machine_bits = 0", "pg_idgen.snowflake_sequence_bits = 22")
+    [port] = free_ports(1)
+    central = central_server(make_cluster, tcp_port=port)
+    proxy = LinkProxy(port)
+    try:
+        a = leased_server(make_cluster, central, conf=narrow, via=proxy)
+        server_db(a)
+        assert wait_for(lambda: holds_lease(a), timeout=60), lease_of(a)
+        a_ids = draw_snowflakes(a, 10_000, dbname=server_db(a))
+        proxy.freeze_after(b"UPDATE", b"COMMIT TRANSACTION", moment="hold")
+        assert proxy.fired.wait(60), "A's renewal never reached its COMMIT"
+        proxy.dead_network()  # A's new connections are held too: A is cut off
+        b = leased_server(make_cluster, central, conf=narrow)
+        server_db(b)
+        stopped = None
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # A issues until its lease's deadline, then stops
+            try:
+                a_ids += draw_snowflakes(a, 100, dbname=server_db(a))
+            except psycopg.Error as e:
+                stopped = e
+                break
+            time.sleep(0.05)
+        assert stopped is not None and stopped.sqlstate == "55000", stopped
+        assert wait_for(lambda: "idle-in-transaction timeout" in central.log(), timeout=60)
+        assert wait_for(lambda: holds_lease(b), timeout=60), lease_of(b)
+        assert lease_of(b)[0] == 0
+        b_ids = []
+        assert wait_for(lambda: _issued_into(b, b_ids), timeout=60, interval=0.2), lease_of(b)
+        assert min(b_ids) > max(a_ids)
+        assert_unique(a_ids + b_ids)
+    finally:
+        proxy.close()
+
+
+def _issued_into(server, into):
+    try:
+        into.extend(draw_snowflakes(server, 1000, dbname=server_db(server)))
+        return True
+    except psycopg.Error:
+        return False
