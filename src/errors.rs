@@ -240,6 +240,14 @@ pub enum IdgenError {
     TagExhausted {
         tag: String,
     },
+    /// A refill's UPDATE raised `max_id` by less than it asked: something
+    /// on `id_segment` holds each update back (logged as a WARNING).
+    RangeShortened {
+        tag: String,
+        asked: u64,
+        granted: u64,
+        central: bool,
+    },
     /// The worker's refill found the row (or the table) locked: the local
     /// one, or for an attached tag (`central`: its server) the central one.
     RefillRowLocked {
@@ -546,6 +554,7 @@ impl IdgenError {
             IdgenError::RefillTimedOutBecause { sqlstate, .. } => PgSqlErrorCode::from(*sqlstate),
             IdgenError::TagExhausted { .. } => ERRCODE_SEQUENCE_GENERATOR_LIMIT_EXCEEDED,
             IdgenError::RefillRowLocked { .. } => ERRCODE_LOCK_NOT_AVAILABLE,
+            IdgenError::RangeShortened { .. } => ERRCODE_WARNING,
             IdgenError::RemoteRefillFailed { sqlstate, .. } => PgSqlErrorCode::from(*sqlstate),
             IdgenError::RefillSpiFailed { .. } => ERRCODE_INTERNAL_ERROR,
             IdgenError::RangeNotCached { .. } => ERRCODE_INTERNAL_ERROR,
@@ -709,6 +718,10 @@ impl IdgenError {
             IdgenError::RefillRowLocked { central: None } => {
                 "its id_segment row (or the table) is locked by another transaction".into()
             }
+            IdgenError::RangeShortened { tag, asked, granted, central } => format!(
+                "a refill of segment tag \"{tag}\" asked {} id_segment for {asked} IDs and its update raised max_id by {granted} only",
+                if *central { "the central server's" } else { "its" }
+            ),
             IdgenError::RefillRowLocked {
                 central: Some(server),
             } => format!(
@@ -854,6 +867,7 @@ impl IdgenError {
             IdgenError::RefillFailed { hint, .. } => hint.clone(),
             IdgenError::RefillTimedOutBecause { hint, .. } => hint.clone(),
             IdgenError::TagExhausted { .. } => "No more IDs can be handed out for this tag; move the table to a new tag.".into(),
+            IdgenError::RangeShortened { .. } => "A trigger, rule or row security policy on id_segment (on the central server, for an attached tag) limits how far one update may raise max_id, so every refill brings only that much and the tag's callers may wait for refills. Let the update raise max_id as asked, or raise the row's step. No ID repeats either way.".into(),
             IdgenError::RefillRowLocked { central: Some(_) } => "A transaction on the central server holds the row (another server's refill in flight, SELECT ... FOR UPDATE, an UPDATE not yet committed); the central session waits at most its lock_timeout for it, and the refill is retried. pg_locks and pg_stat_activity on the central server show which session it is.".into(),
             IdgenError::RemoteRefillFailed { server, sqlstate, hint, .. } => remote_hint(server, *sqlstate, hint),
             IdgenError::RefillRowLocked { central: None } => "A transaction holds the row (SELECT ... FOR UPDATE, or an UPDATE or DELETE not yet committed) or a lock on id_segment (ALTER EXTENSION pg_idgen UPDATE, DDL): end it. pg_locks and pg_stat_activity show which session it is.".into(),

@@ -87,6 +87,9 @@ pub const ROW_LOCK_WAIT_MS: i32 = 10;
 pub struct Granted {
     pub first: i64,
     pub len: u64,
+    /// The IDs the UPDATE asked for: more than `len` when a trigger, rule
+    /// or policy held `max_id` back.
+    pub asked: u64,
     pub step: i64,
     pub table_oid: u32,
     pub cas_conflicts: u64,
@@ -394,6 +397,7 @@ fn cas(
                 return Ok(Ok(Granted {
                     first,
                     len,
+                    asked: plan.len,
                     step,
                     table_oid: table.oid,
                     cas_conflicts,

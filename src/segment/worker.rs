@@ -9,7 +9,8 @@
 //! it synchronously, and only then publishes the range to shared memory
 //! and wakes the waiting callers. A failure (a locked row, a
 //! tampered row) is stored in the slot for its callers and logged with its
-//! SQLSTATE; the worker carries on, and retries a failing tag with an
+//! SQLSTATE (a range shorter than asked — something on `id_segment` held
+//! the update back — is logged once as a WARNING); the worker carries on, and retries a failing tag with an
 //! exponential back-off (at once when a caller asks). A slot whose row or
 //! extension is gone is freed, so the worker can go idle and leave.
 //!
@@ -52,6 +53,10 @@ const WORKER_TYPE: &str = "pg_idgen refill worker";
 /// doubling up to `MAX_BACKOFF_MS` (a caller asking retries at once).
 const FIRST_BACKOFF_MS: i64 = 100;
 const MAX_BACKOFF_MS: i64 = 10_000;
+
+/// What `refill` remembers for a slot whose ranges came back shorter than
+/// asked, after it logged that once.
+const SHORTENED_LOGGED: &str = "range shortened";
 
 /// Refills of one pass that may lose a central server's CAS in a row.
 const MAX_SERIALIZATION_RETRIES: u32 = 50;
@@ -451,7 +456,21 @@ fn refill(
     let error = match take {
         RangeTake::Granted(granted) => match publish(registry, &attempt, &granted) {
             Publish::Done => {
-                logged.remove(&index);
+                if granted.len < granted.asked {
+                    // Once while it lasts, as an error is logged once.
+                    if logged.get(&index).map(String::as_str) != Some(SHORTENED_LOGGED) {
+                        let shortened = IdgenError::RangeShortened {
+                            tag: tag.to_string(),
+                            asked: granted.asked,
+                            granted: granted.len,
+                            central: granted.remote,
+                        };
+                        IdgenError::log(&shortened.stored(), PgLogLevel::WARNING);
+                        logged.insert(index, SHORTENED_LOGGED.to_string());
+                    }
+                } else {
+                    logged.remove(&index);
+                }
                 slot.broadcast();
                 return Refilled::Published {
                     remote: granted.remote,

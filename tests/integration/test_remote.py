@@ -686,7 +686,8 @@ def test_a_trigger_capping_each_update_to_one_step_never_shares_an_id(make_clust
     """A BEFORE UPDATE trigger that lets max_id move one step at a time
     (the classic protocol's rule), while a classic client runs its own CAS
     on the row: the worker asks for many steps at once, gets one, and hands
-    out only that one — above the max_id it read."""
+    out only that one — above the max_id it read — and logs a WARNING that
+    its ranges come back short (once while it lasts)."""
     shard, db, row_server, row_db = _orders_row_on(make_cluster, where)
     row_server.sql(
         "CREATE FUNCTION one_step() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN "
@@ -717,6 +718,9 @@ def test_a_trigger_capping_each_update_to_one_step_never_shares_an_id(make_clust
         client.join()
     assert client_ranges
     assert_unique(drawn + [i for r in client_ranges for i in r])
+    shortened = [line for line in shard.log().splitlines() if "its update raised max_id by" in line]
+    assert shortened, "the shortened ranges were never logged"
+    assert len(shortened) < 20, f"logged {len(shortened)} times, not once while it lasts"
 
 
 @pytest.mark.parametrize("where", ["local", "central"])
