@@ -5,7 +5,7 @@
 //! store or retry. The refill worker, the snowflake keeper and the lease
 //! keeper each pass their own setting; nothing here reads one.
 
-use crate::errors::StoredError;
+use crate::errors::{in_class, StoredError, SEE_SERVER_LOG};
 use pgrx::bgworkers::{BackgroundWorker, SignalWakeFlags};
 use pgrx::pg_sys;
 use pgrx::pg_sys::panic::CaughtError;
@@ -88,9 +88,8 @@ fn stored_from(caught: CaughtError) -> StoredError {
     let sqlstate = report.sql_error_code() as i32;
     // A connection problem (class 08, e.g. postgres_fdw's "could not
     // connect to server") says what went wrong in its detail.
-    let connection_class = PgSqlErrorCode::ERRCODE_CONNECTION_EXCEPTION as i32 & 0xFFF;
     let message = match report.detail() {
-        Some(detail) if sqlstate & 0xFFF == connection_class => {
+        Some(detail) if in_class(sqlstate, PgSqlErrorCode::ERRCODE_CONNECTION_EXCEPTION) => {
             let detail: Vec<&str> = detail.split_whitespace().collect();
             format!("{}: {}", report.message(), detail.join(" "))
         }
@@ -99,6 +98,6 @@ fn stored_from(caught: CaughtError) -> StoredError {
     StoredError {
         sqlstate,
         message,
-        hint: report.hint().unwrap_or("Check the server log.").to_string(),
+        hint: report.hint().unwrap_or(SEE_SERVER_LOG).to_string(),
     }
 }

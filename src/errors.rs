@@ -343,13 +343,20 @@ impl StoredError {
     }
 }
 
-/// The error a refill problem gives the callers waiting on `tag`.
+/// The hint of a caught error that brought none of its own.
+pub const SEE_SERVER_LOG: &str = "Check the server log.";
+
+/// Whether `sqlstate` is in the class (its first two characters) of `code`.
+pub fn in_class(sqlstate: i32, code: PgSqlErrorCode) -> bool {
+    // MAKE_SQLSTATE packs six bits a character, the first in the lowest.
+    sqlstate & 0xFFF == code as i32 & 0xFFF
+}
+
 /// What went wrong on the way to (or on) central server `server`, for a
 /// caught error with `sqlstate` and `message`.
 fn remote_cause(server: &str, sqlstate: i32, message: &str) -> String {
     use PgSqlErrorCode::*;
-    let class = |code: PgSqlErrorCode| sqlstate & 0xFFF == code as i32 & 0xFFF;
-    if class(ERRCODE_CONNECTION_EXCEPTION) {
+    if in_class(sqlstate, ERRCODE_CONNECTION_EXCEPTION) {
         format!("central server \"{server}\" is unreachable: {message}")
     } else if sqlstate == ERRCODE_QUERY_CANCELED as i32 {
         format!(
@@ -366,7 +373,7 @@ fn remote_cause(server: &str, sqlstate: i32, message: &str) -> String {
 /// too slow), else the cause's own hint, else where to look.
 fn remote_hint(server: &str, sqlstate: i32, hint: &str) -> String {
     use PgSqlErrorCode::*;
-    let class = |code: PgSqlErrorCode| sqlstate & 0xFFF == code as i32 & 0xFFF;
+    let class = |code: PgSqlErrorCode| in_class(sqlstate, code);
     let server = crate::catalog::quote_identifier(server);
     let retried = "The refill is retried with back-off; the tag's callers go on with its cached IDs meanwhile.";
     if sqlstate == ERRCODE_QUERY_CANCELED as i32 {
@@ -379,13 +386,14 @@ fn remote_hint(server: &str, sqlstate: i32, hint: &str) -> String {
         format!("The central session is read-only (a standby, or default_transaction_read_only): point server {server} at the primary, e.g. ALTER SERVER {server} OPTIONS (SET host '<primary>'); or list every host with target_session_attrs 'read-write'.")
     } else if sqlstate == ERRCODE_UNDEFINED_TABLE as i32 {
         format!("The central server has no such table: CREATE EXTENSION pg_idgen there, or correct the schema_name and table_name options of the foreign table over server {server}.")
-    } else if !hint.is_empty() && hint != "Check the server log." {
+    } else if !hint.is_empty() && hint != SEE_SERVER_LOG {
         hint.to_string()
     } else {
         format!("The central server's log has the rest (the error's CONTEXT names the remote SQL command). {retried}")
     }
 }
 
+/// The error a refill problem gives the callers waiting on `tag`.
 pub fn refill_problem_report(problem: &RefillProblem, tag: &str) -> StoredError {
     {
         use PgSqlErrorCode::*;
@@ -871,7 +879,7 @@ impl IdgenError {
             IdgenError::RefillRowLocked { central: Some(_) } => "A transaction on the central server holds the row (another server's refill in flight, SELECT ... FOR UPDATE, an UPDATE not yet committed); the central session waits at most its lock_timeout for it, and the refill is retried. pg_locks and pg_stat_activity on the central server show which session it is.".into(),
             IdgenError::RemoteRefillFailed { server, sqlstate, hint, .. } => remote_hint(server, *sqlstate, hint),
             IdgenError::RefillRowLocked { central: None } => "A transaction holds the row (SELECT ... FOR UPDATE, or an UPDATE or DELETE not yet committed) or a lock on id_segment (ALTER EXTENSION pg_idgen UPDATE, DDL): end it. pg_locks and pg_stat_activity show which session it is.".into(),
-            IdgenError::RefillSpiFailed { .. } => "Check the server log.".into(),
+            IdgenError::RefillSpiFailed { .. } => SEE_SERVER_LOG.into(),
             IdgenError::RangeNotCached { .. } => "This is a bug in pg_idgen; the range is skipped and no ID repeats.".into(),
             IdgenError::WorkerExitedWhileStarting { .. } => "The server log has the worker's error (look for \"pg_idgen refill worker\"); the next call that needs IDs starts it again.".into(),
             IdgenError::FallbackWithoutMachineId { .. } => "Every server left at the default has machine id 0, so servers falling back together would hand out the same IDs. Set pg_idgen.machine_id to a number of this server's own (or 'hostname', or 'lease') in postgresql.conf and restart.".into(),

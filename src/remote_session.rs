@@ -20,6 +20,9 @@
 //!   [`MAX_IDLE_TIMEOUT_MS`]: a shard cut off mid-refill does not leave the
 //!   central row locked by an orphaned session.
 //!
+//! [`SERVER_OPTIONS_SQL`] reads the option from the catalog, for every
+//! caller alike.
+//!
 //! The backend splits `options` at unescaped ASCII white space (a
 //! backslash escapes the next character) and reads the words as command
 //! line switches with getopt, so `-ec x=y` is `-e` then `-c x=y`; the last
@@ -33,6 +36,12 @@ pub const MAX_LOCK_TIMEOUT_MS: f64 = 10.0;
 
 /// The longest a central session may sit idle in a transaction.
 pub const MAX_IDLE_TIMEOUT_MS: f64 = 10_000.0;
+
+/// The `options` option of the foreign server `s` (a `pg_foreign_server`
+/// row in the caller's query), or NULL: an SQL expression.
+pub const SERVER_OPTIONS_SQL: &str =
+    "(SELECT o.option_value FROM pg_catalog.pg_options_to_table(s.srvoptions) o \
+     WHERE o.option_name OPERATOR(pg_catalog.=) 'options')";
 
 /// What the hint appends to a server's `options`.
 pub const PINNED_OPTIONS: &str =

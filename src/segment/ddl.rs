@@ -171,13 +171,14 @@ fn spi_failed(context: &'static str) -> impl Fn(pgrx::spi::Error) -> IdgenError 
 fn check_server(client: &SpiClient<'_>, server: &str) -> Result<(), IdgenError> {
     let rows = client
         .select(
-            "SELECT w.fdwname::pg_catalog.text, \
-                    coalesce(pg_catalog.array_to_string(s.srvoptions, ','), ''), \
-                    (SELECT o.option_value FROM pg_catalog.pg_options_to_table(s.srvoptions) o \
-                      WHERE o.option_name OPERATOR(pg_catalog.=) 'options') \
-               FROM pg_catalog.pg_foreign_server s \
-               JOIN pg_catalog.pg_foreign_data_wrapper w ON w.oid OPERATOR(pg_catalog.=) s.srvfdw \
-              WHERE s.srvname OPERATOR(pg_catalog.=) $1",
+            &format!(
+                "SELECT w.fdwname::pg_catalog.text, \
+                        coalesce(pg_catalog.array_to_string(s.srvoptions, ','), ''), {} \
+                   FROM pg_catalog.pg_foreign_server s \
+                   JOIN pg_catalog.pg_foreign_data_wrapper w ON w.oid OPERATOR(pg_catalog.=) s.srvfdw \
+                  WHERE s.srvname OPERATOR(pg_catalog.=) $1",
+                remote_session::SERVER_OPTIONS_SQL
+            ),
             Some(1),
             &[server.into()],
         )

@@ -140,9 +140,7 @@ fn find_remote(
         &format!(
             "SELECT pg_catalog.quote_ident(n.nspname) OPERATOR(pg_catalog.||) '.' \
                     OPERATOR(pg_catalog.||) pg_catalog.quote_ident(c.relname), c.relowner, \
-                    r.server::pg_catalog.text, s.srvname::pg_catalog.text, \
-                    (SELECT o.option_value FROM pg_catalog.pg_options_to_table(s.srvoptions) o \
-                      WHERE o.option_name OPERATOR(pg_catalog.=) 'options'), \
+                    r.server::pg_catalog.text, s.srvname::pg_catalog.text, {server_options}, \
                     (pg_catalog.to_jsonb(r) OPERATOR(pg_catalog.->>) 'max_id_seen')::pg_catalog.int8, \
                     pg_catalog.to_jsonb(r) OPERATOR(pg_catalog.?) 'max_id_seen' \
                FROM {remote_table} r \
@@ -150,7 +148,8 @@ fn find_remote(
                LEFT JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace \
                LEFT JOIN pg_catalog.pg_foreign_table ft ON ft.ftrelid OPERATOR(pg_catalog.=) c.oid \
                LEFT JOIN pg_catalog.pg_foreign_server s ON s.oid OPERATOR(pg_catalog.=) ft.ftserver \
-              WHERE r.biz_tag OPERATOR(pg_catalog.=) $1"
+              WHERE r.biz_tag OPERATOR(pg_catalog.=) $1",
+            server_options = remote_session::SERVER_OPTIONS_SQL
         ),
         Some(1),
         &[tag.into()],

@@ -10,8 +10,9 @@
 //! and wakes the waiting callers. A failure (a locked row, a
 //! tampered row) is stored in the slot for its callers and logged with its
 //! SQLSTATE (a range shorter than asked — something on `id_segment` held
-//! the update back — is logged once as a WARNING); the worker carries on, and retries a failing tag with an
-//! exponential back-off (at once when a caller asks). A slot whose row or
+//! the update back — is logged once as a WARNING); the worker carries on,
+//! and retries a failing tag with an exponential back-off (at once when a
+//! caller asks). A slot whose row or
 //! extension is gone is freed, so the worker can go idle and leave.
 //!
 //! A slot's database, tag and generation are read together under the

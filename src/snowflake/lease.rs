@@ -721,7 +721,6 @@ impl LeaseWatch {
 
 #[cfg(test)]
 mod tests {
-
     use super::*;
 
     #[test]

@@ -225,13 +225,14 @@ impl Keeper {
         let found = run(|| {
             Spi::connect(|client| {
                 let rows = client.select(
-                    "SELECT c.oid::pg_catalog.regclass::pg_catalog.text, s.srvname::pg_catalog.text, \
-                            (SELECT o.option_value FROM pg_catalog.pg_options_to_table(s.srvoptions) o \
-                              WHERE o.option_name OPERATOR(pg_catalog.=) 'options') \
-                       FROM pg_catalog.pg_class c \
-                       LEFT JOIN pg_catalog.pg_foreign_table f ON f.ftrelid OPERATOR(pg_catalog.=) c.oid \
-                       LEFT JOIN pg_catalog.pg_foreign_server s ON s.oid OPERATOR(pg_catalog.=) f.ftserver \
-                      WHERE c.oid OPERATOR(pg_catalog.=) pg_catalog.to_regclass($1)",
+                    &format!(
+                        "SELECT c.oid::pg_catalog.regclass::pg_catalog.text, s.srvname::pg_catalog.text, {} \
+                           FROM pg_catalog.pg_class c \
+                           LEFT JOIN pg_catalog.pg_foreign_table f ON f.ftrelid OPERATOR(pg_catalog.=) c.oid \
+                           LEFT JOIN pg_catalog.pg_foreign_server s ON s.oid OPERATOR(pg_catalog.=) f.ftserver \
+                          WHERE c.oid OPERATOR(pg_catalog.=) pg_catalog.to_regclass($1)",
+                        remote_session::SERVER_OPTIONS_SQL
+                    ),
                     Some(1),
                     &[name.as_str().into()],
                 )?;
