@@ -163,29 +163,13 @@ def test_a_holder_cut_off_from_the_central_server_stops_and_recovers(make_cluste
     assert wait_for(lambda: holds_lease(a), timeout=60)
     before = draw_snowflakes(a, 10_000, dbname=server_db(a))
     central.stop()
-    stopped = None
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            before += draw_snowflakes(a, 100, dbname=server_db(a))
-        except psycopg.Error as e:
-            stopped = e
-            break
-        time.sleep(0.05)
+    stopped = _issue_until_refused(a, before)
     assert stopped is not None, "a server cut off from its lease went on issuing"
     assert stopped.sqlstate == "55000", (stopped.sqlstate, str(stopped))
     assert "lease" in str(stopped)
     central.start()
     after = []
-
-    def issuing():
-        try:
-            after.extend(draw_snowflakes(a, 1000, dbname=server_db(a)))
-            return True
-        except psycopg.Error:
-            return False
-
-    assert wait_for(issuing, timeout=60, interval=0.2), lease_of(a)
+    assert wait_for(lambda: _issued_into(a, after), timeout=60, interval=0.2), lease_of(a)
     assert_unique(before + after)
     assert min(after) > max(before)
 
@@ -294,16 +278,10 @@ def test_rows_deleted_by_hand_are_seeded_again_at_the_next_claim(make_cluster):
     assert wait_for(lambda: central.sql("SELECT count(*) FROM idgen_machine_lease") == [(1024,)],
                     timeout=60), "the deleted rows were never seeded again"
     assert wait_for(lambda: holds_lease(a), timeout=60)
-    assert wait_for(lambda: _issued(a, 1000), timeout=60, interval=0.2), (
+    again = []
+    assert wait_for(lambda: _issued_into(a, again), timeout=60, interval=0.2), (
         "no IDs after claiming again (the row's floor is its previous ceiling, some seconds ahead)")
-
-
-def _issued(server, n):
-    try:
-        assert_unique(draw_snowflakes(server, n, dbname=server_db(server)))
-        return True
-    except psycopg.Error:
-        return False
+    assert_unique(again)
 
 
 def test_a_layout_with_20_machine_bits_gets_a_lease_among_the_first_1024_ids(make_cluster):
@@ -362,15 +340,7 @@ def test_a_holder_whose_link_froze_before_its_renewal_committed_frees_the_row_in
         proxy.dead_network()  # A's new connections are held too: A is cut off
         b = leased_server(make_cluster, central, conf=narrow)
         server_db(b)
-        stopped = None
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:  # A issues until its lease's deadline, then stops
-            try:
-                a_ids += draw_snowflakes(a, 100, dbname=server_db(a))
-            except psycopg.Error as e:
-                stopped = e
-                break
-            time.sleep(0.05)
+        stopped = _issue_until_refused(a, a_ids)  # A issues until its lease's deadline
         assert stopped is not None and stopped.sqlstate == "55000", stopped
         assert wait_for(lambda: "idle-in-transaction timeout" in central.log(), timeout=60)
         assert wait_for(lambda: holds_lease(b), timeout=60), lease_of(b)
@@ -384,8 +354,22 @@ def test_a_holder_whose_link_froze_before_its_renewal_committed_frees_the_row_in
 
 
 def _issued_into(server, into):
+    """Draws 1,000 snowflake IDs into `into`; False if the server refused."""
     try:
         into.extend(draw_snowflakes(server, 1000, dbname=server_db(server)))
         return True
     except psycopg.Error:
         return False
+
+
+def _issue_until_refused(server, into, timeout=60):
+    """Draws 100 snowflake IDs at a time into `into` until the server
+    refuses; returns that error (None if it never did within `timeout`)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            into += draw_snowflakes(server, 100, dbname=server_db(server))
+        except psycopg.Error as e:
+            return e
+        time.sleep(0.05)
+    return None

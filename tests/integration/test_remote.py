@@ -213,6 +213,17 @@ def _drew(cluster, db, into, n=3000):
         return False
 
 
+def _keep_drawing(cluster, db, into, stop):
+    """Draws 'orders' 50 at a time into `into` until `stop` is set; a
+    failed draw is retried after a pause."""
+    with cluster.connect(db) as conn:
+        while not stop.is_set():
+            try:
+                into += draw(conn, "orders", 50)
+            except psycopg.Error:
+                time.sleep(0.05)
+
+
 def _drain(shard, db, into):
     """Draws until the server goes away."""
     try:
@@ -841,16 +852,8 @@ def test_a_shard_frozen_while_it_holds_the_central_row_stalls_the_others_only_se
         make_cluster, shards=2, conf=(*SHARD_CONF, "pg_idgen.remote_timeout = '10min'"))
     drawn = {"a": draw_plain(a, a_db, "orders", 100), "b": draw_plain(b, b_db, "orders", 100)}
     stop = threading.Event()
-
-    def keep_drawing():  # A's callers: errors while A's worker is stopped are expected
-        with a.connect(a_db) as conn:
-            while not stop.is_set():
-                try:
-                    drawn["a"] += draw(conn, "orders", 50)
-                except psycopg.Error:
-                    time.sleep(0.05)
-
-    drawer = threading.Thread(target=keep_drawing)
+    # A's callers: errors while A's worker is stopped are expected.
+    drawer = threading.Thread(target=_keep_drawing, args=(a, a_db, drawn["a"], stop))
 
     def start_drawer():
         if drawer.ident is None:
@@ -920,16 +923,8 @@ def test_a_link_frozen_mid_refill_stalls_the_other_shard_seconds_and_repeats_not
     [(a, a_db), (b, b_db)] = shards
     drawn = {"a": draw_plain(a, a_db, "orders", 100), "b": draw_plain(b, b_db, "orders", 100)}
     stop = threading.Event()
-
-    def keep_drawing():  # A's callers: errors while its link is frozen are expected
-        with a.connect(a_db) as conn:
-            while not stop.is_set():
-                try:
-                    drawn["a"] += draw(conn, "orders", 50)
-                except psycopg.Error:
-                    time.sleep(0.05)
-
-    drawer = threading.Thread(target=keep_drawing)
+    # A's callers: errors while its link is frozen are expected.
+    drawer = threading.Thread(target=_keep_drawing, args=(a, a_db, drawn["a"], stop))
     try:
         proxy.freeze_after(*patterns, moment=how)
         drawer.start()
