@@ -37,7 +37,18 @@ CREATE TABLE id_segment_remote (
     -- from the central row at segment_attach, raised by every refill in
     -- the transaction that publishes the range): a central row below it
     -- means the central server went back, and the refill is refused.
-    max_id_seen   bigint
+    max_id_seen   bigint,
+    -- Where the central server was at this server's last refill from it
+    -- (its id_segment_origin, read through the foreign table origin_table):
+    -- a refill finding another system identifier, another timeline or a
+    -- WAL position below this one is refused (src/segment/fence.rs).
+    -- central_clock is the central server's clock then: a
+    -- segment_central_accept() there after it lets refills go on.
+    origin_table  regclass,
+    central_system_identifier bigint,
+    central_timeline bigint,
+    central_wal_lsn pg_lsn,
+    central_clock timestamptz
 );
 COMMENT ON TABLE id_segment_remote IS 'pg_idgen: segment tags whose ranges come from a central server through postgres_fdw';
 SELECT pg_catalog.pg_extension_config_dump('id_segment_remote', '');
@@ -55,6 +66,43 @@ CREATE TABLE id_segment_detached (
 );
 COMMENT ON TABLE id_segment_detached IS 'pg_idgen: attached segment tags dropped here, with the largest central max_id taken below';
 SELECT pg_catalog.pg_extension_config_dump('id_segment_detached', '');
+
+-- Where this server is, for the servers attached to it (segment_attach
+-- reads it through postgres_fdw; every refill checks it): which cluster,
+-- which WAL timeline (the first 8 hex digits of the current WAL file's
+-- name), the WAL insert position, this server's clock, and when the DBA
+-- last accepted where it is (segment_central_accept).
+CREATE TABLE id_segment_origin_accepted (
+    accepted_at       timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
+    system_identifier bigint      NOT NULL,
+    timeline          bigint      NOT NULL,
+    wal_lsn           pg_lsn      NOT NULL
+);
+COMMENT ON TABLE id_segment_origin_accepted IS 'pg_idgen: each time a DBA accepted where this central server is, after raising its rows (segment_central_accept)';
+SELECT pg_catalog.pg_extension_config_dump('id_segment_origin_accepted', '');
+CREATE VIEW id_segment_origin AS
+SELECT (pg_catalog.pg_control_system()).system_identifier AS system_identifier,
+       ('x' OPERATOR(pg_catalog.||) pg_catalog.substr(pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_lsn()), 1, 8))::pg_catalog.bit(32)::pg_catalog.int4::pg_catalog.int8 AS timeline,
+       pg_catalog.pg_current_wal_lsn() AS wal_lsn,
+       pg_catalog.clock_timestamp() AS clock,
+       (SELECT pg_catalog.max(a.accepted_at) FROM id_segment_origin_accepted a) AS accepted_at;
+COMMENT ON VIEW id_segment_origin IS 'pg_idgen: which cluster this is, its WAL timeline and position, checked by the servers attached to it before every refill';
+GRANT SELECT ON id_segment_origin TO PUBLIC;
+GRANT SELECT ON id_segment_origin_accepted TO PUBLIC;
+
+-- The recovery step on a central server that failed over or was
+-- restored, run after its rows are raised above what every attached
+-- server took: the servers attached to it trust it again from here on.
+CREATE FUNCTION segment_central_accept() RETURNS timestamptz
+    LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    INSERT INTO @extschema@.id_segment_origin_accepted (system_identifier, timeline, wal_lsn)
+    SELECT system_identifier, timeline, wal_lsn FROM @extschema@.id_segment_origin
+    RETURNING accepted_at
+$$;
+COMMENT ON FUNCTION segment_central_accept() IS 'pg_idgen: after raising this central server''s rows above what every attached server took, lets the attached servers refill from it again although it failed over or was restored';
+REVOKE ALL ON FUNCTION segment_central_accept() FROM PUBLIC;
 
 -- The snowflake high-water mark, in the WAL (src/snowflake/wal_mark.rs):
 -- in the database named by pg_idgen.snowflake_database, the snowflake

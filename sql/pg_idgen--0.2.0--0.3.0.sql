@@ -70,6 +70,59 @@ GRANT EXECUTE ON FUNCTION snowflake_status() TO pg_monitor;
 -- first refill sets it.
 ALTER TABLE id_segment_remote ADD COLUMN max_id_seen bigint;
 
+-- Where the central server was at the last refill (see bootstrap.sql and
+-- src/segment/fence.rs).
+ALTER TABLE id_segment_remote
+    ADD COLUMN origin_table regclass,
+    ADD COLUMN central_system_identifier bigint,
+    ADD COLUMN central_timeline bigint,
+    ADD COLUMN central_wal_lsn pg_lsn,
+    ADD COLUMN central_clock timestamptz;
+
+-- Tags attached before 0.3.0: the foreign table over the central server's
+-- id_segment_origin, as segment_attach makes it now (same server, same
+-- remote schema, same owner as the tag's foreign table), so that they are
+-- fenced from their next refill on. The central server must run 0.3.0 (or
+-- have examples/sharding/central_by_hand.sql) by then: until it does, the
+-- refills fail with 55000 naming the view.
+DO $update$
+DECLARE
+    attached record;
+    origin_name text;
+    origin regclass;
+BEGIN
+    FOR attached IN
+        SELECT r.biz_tag, n.nspname AS here, pg_catalog.pg_get_userbyid(c.relowner) AS owner,
+               s.srvname,
+               (SELECT o.option_value FROM pg_catalog.pg_options_to_table(ft.ftoptions) o
+                 WHERE o.option_name OPERATOR(pg_catalog.=) 'schema_name') AS remote_schema
+          FROM @extschema@.id_segment_remote r
+          JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) r.foreign_table
+          JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
+          JOIN pg_catalog.pg_foreign_table ft ON ft.ftrelid OPERATOR(pg_catalog.=) c.oid
+          JOIN pg_catalog.pg_foreign_server s ON s.oid OPERATOR(pg_catalog.=) ft.ftserver
+    LOOP
+        origin_name := pg_catalog.concat(attached.remote_schema, '.id_segment_origin@', attached.srvname);
+        IF pg_catalog.octet_length(origin_name) > 63 THEN
+            origin_name := pg_catalog.concat(pg_catalog.left(origin_name, 40), '~',
+                                             pg_catalog.left(pg_catalog.md5(origin_name), 8));
+        END IF;
+        origin := pg_catalog.to_regclass(pg_catalog.format('%I.%I', attached.here, origin_name));
+        IF origin IS NULL THEN
+            EXECUTE pg_catalog.format(
+                'CREATE FOREIGN TABLE %I.%I (system_identifier bigint, timeline bigint, wal_lsn pg_lsn, '
+                'clock timestamptz, accepted_at timestamptz) SERVER %I OPTIONS (schema_name %L, table_name %L)',
+                attached.here, origin_name, attached.srvname, attached.remote_schema, 'id_segment_origin');
+            EXECUTE pg_catalog.format('ALTER FOREIGN TABLE %I.%I OWNER TO %I',
+                                      attached.here, origin_name, attached.owner);
+            origin := pg_catalog.format('%I.%I', attached.here, origin_name)::pg_catalog.regclass;
+        END IF;
+        UPDATE @extschema@.id_segment_remote SET origin_table = origin
+         WHERE biz_tag OPERATOR(pg_catalog.=) attached.biz_tag;
+    END LOOP;
+END
+$update$;
+
 -- Attached tags dropped here, with their mark (see bootstrap.sql).
 CREATE TABLE id_segment_detached (
     biz_tag     varchar(64) PRIMARY KEY,
@@ -79,3 +132,40 @@ CREATE TABLE id_segment_detached (
 );
 COMMENT ON TABLE id_segment_detached IS 'pg_idgen: attached segment tags dropped here, with the largest central max_id taken below';
 SELECT pg_catalog.pg_extension_config_dump('id_segment_detached', '');
+
+-- Where this server is, for the servers attached to it (segment_attach
+-- reads it through postgres_fdw; every refill checks it): which cluster,
+-- which WAL timeline (the first 8 hex digits of the current WAL file's
+-- name), the WAL insert position, this server's clock, and when the DBA
+-- last accepted where it is (segment_central_accept).
+CREATE TABLE id_segment_origin_accepted (
+    accepted_at       timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
+    system_identifier bigint      NOT NULL,
+    timeline          bigint      NOT NULL,
+    wal_lsn           pg_lsn      NOT NULL
+);
+COMMENT ON TABLE id_segment_origin_accepted IS 'pg_idgen: each time a DBA accepted where this central server is, after raising its rows (segment_central_accept)';
+SELECT pg_catalog.pg_extension_config_dump('id_segment_origin_accepted', '');
+CREATE VIEW id_segment_origin AS
+SELECT (pg_catalog.pg_control_system()).system_identifier AS system_identifier,
+       ('x' OPERATOR(pg_catalog.||) pg_catalog.substr(pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_lsn()), 1, 8))::pg_catalog.bit(32)::pg_catalog.int4::pg_catalog.int8 AS timeline,
+       pg_catalog.pg_current_wal_lsn() AS wal_lsn,
+       pg_catalog.clock_timestamp() AS clock,
+       (SELECT pg_catalog.max(a.accepted_at) FROM id_segment_origin_accepted a) AS accepted_at;
+COMMENT ON VIEW id_segment_origin IS 'pg_idgen: which cluster this is, its WAL timeline and position, checked by the servers attached to it before every refill';
+GRANT SELECT ON id_segment_origin TO PUBLIC;
+GRANT SELECT ON id_segment_origin_accepted TO PUBLIC;
+
+-- The recovery step on a central server that failed over or was
+-- restored, run after its rows are raised above what every attached
+-- server took: the servers attached to it trust it again from here on.
+CREATE FUNCTION segment_central_accept() RETURNS timestamptz
+    LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+    AS $$
+    INSERT INTO @extschema@.id_segment_origin_accepted (system_identifier, timeline, wal_lsn)
+    SELECT system_identifier, timeline, wal_lsn FROM @extschema@.id_segment_origin
+    RETURNING accepted_at
+$$;
+COMMENT ON FUNCTION segment_central_accept() IS 'pg_idgen: after raising this central server''s rows above what every attached server took, lets the attached servers refill from it again although it failed over or was restored';
+REVOKE ALL ON FUNCTION segment_central_accept() FROM PUBLIC;

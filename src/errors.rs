@@ -203,6 +203,13 @@ pub enum IdgenError {
         tag: String,
         server: String,
     },
+    /// `segment_attach` or a refill: the central server has no
+    /// `id_segment_origin` in the remote schema, so a shard could not tell
+    /// a failover or restore.
+    NoCentralOrigin {
+        server: String,
+        view: String,
+    },
     /// `segment_attach`: the foreign table's name is taken by another table.
     ForeignTableTaken {
         name: String,
@@ -463,7 +470,17 @@ pub fn refill_problem_report(problem: &RefillProblem, tag: &str) -> StoredError 
                     "central server \"{server}\" went back for segment tag \"{tag}\": its row (foreign table {foreign_table}) has max_id {max_id}, but this server has already taken IDs up to {seen} from it"
                 ),
                 format!(
-                    "The central server lost ranges it handed out (restored from a backup, failed over to a standby that missed them, or its row was lowered); refilling would repeat IDs, so none was handed out. On the central server, set the row to the largest id_segment_remote.max_id_seen (and id_segment_detached.max_id_seen) of every server attached to it (this server's is {seen}): UPDATE id_segment SET max_id = <that value>, version = version + 1 WHERE biz_tag = {};",
+                    "It lost ranges it handed out (restored, failed over, or the row lowered); no ID was handed out. On the central server, raise the row to the largest id_segment_remote.max_id_seen (or id_segment_detached.max_id_seen) of any server attached to it (this server's is {seen}): UPDATE id_segment SET max_id = <that value>, version = version + 1 WHERE biz_tag = {}; then run SELECT segment_central_accept() there.",
+                    quote_literal(tag)
+                ),
+            ),
+            RefillProblem::CentralMoved { server, moved } => (
+                ERRCODE_DATA_EXCEPTION,
+                format!(
+                    "central server \"{server}\" is not where this server left it for segment tag \"{tag}\": {moved}"
+                ),
+                format!(
+                    "It may have lost ranges any attached server took; no ID is handed out until, on the central server, each tag's row is raised to the largest id_segment_remote.max_id_seen (or id_segment_detached.max_id_seen) of those servers: UPDATE id_segment SET max_id = greatest(max_id, <that value>), version = version + 1 WHERE biz_tag = {}; then SELECT segment_central_accept() there. After a switchover to a synchronous standby, the accept alone will do.",
                     quote_literal(tag)
                 ),
             ),
@@ -556,6 +573,7 @@ impl IdgenError {
             IdgenError::RemoteSessionUnsafe { .. } => ERRCODE_INVALID_PARAMETER_VALUE,
             IdgenError::AttachBelowDetachedMark { .. } => ERRCODE_DATA_EXCEPTION,
             IdgenError::RemoteTagMissing { .. } => ERRCODE_UNDEFINED_OBJECT,
+            IdgenError::NoCentralOrigin { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             IdgenError::ForeignTableTaken { .. } => ERRCODE_DUPLICATE_TABLE,
             IdgenError::ExtensionDropped => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             IdgenError::RefillFailed { sqlstate, .. } => PgSqlErrorCode::from(*sqlstate),
@@ -606,6 +624,9 @@ impl IdgenError {
             IdgenError::RemoteTagMissing { tag, server } => {
                 format!("segment tag \"{tag}\" does not exist on server \"{server}\"")
             }
+            IdgenError::NoCentralOrigin { server, view } => format!(
+                "server \"{server}\" has no view {view}, so this server could not tell when it fails over or is restored"
+            ),
             IdgenError::ForeignTableTaken { name, server } => format!(
                 "relation \"{name}\" already exists and is not a foreign table of server \"{server}\" with the same remote table"
             ),
@@ -823,6 +844,7 @@ impl IdgenError {
                 "Create it on the central server first (SELECT segment_create({}) there, or INSERT the tag's row into its id_segment), then attach it here.",
                 quote_literal(tag)
             ),
+            IdgenError::NoCentralOrigin { .. } => "Install or update pg_idgen 0.3.0 on the central server, in the database and schema its id_segment is in (CREATE EXTENSION pg_idgen, or ALTER EXTENSION pg_idgen UPDATE); for an id_segment made there by hand, run there the SQL that the README's \"Running the central server\" gives. Then try again.".into(),
             IdgenError::ForeignTableTaken { .. } => "Drop or rename that relation, then run segment_attach again.".into(),
             IdgenError::BadStep { .. } => "Pass step => a positive integer; the default is 1000.".into(),
             IdgenError::BadStart { .. } => "Pass start => a positive bigint; the default is 1.".into(),

@@ -19,6 +19,7 @@
 //! The refill itself is the distributor's (`distributor.rs`, "Sources").
 
 use super::created_here;
+use super::distributor::{read_origin, record_position};
 use super::registry::registry_or_raise;
 use super::sql::forget_resolved;
 use super::tag::{self, check_tag, current_table_oid, table_name};
@@ -239,7 +240,6 @@ fn segment_attach(
     else {
         IdgenError::ExtensionDropped.raise()
     };
-    let foreign_name = foreign_table_name(remote_schema, remote_table, server);
     // One source per tag: checked under the tag's lock, which
     // `segment_create` takes too, against committed rows.
     tag::lock_tag(table_oid, tag);
@@ -248,54 +248,27 @@ fn segment_attach(
     }
     let result = Spi::connect_mut(|client| -> Result<(), IdgenError> {
         check_server(client, server)?;
-        // The foreign table: made here, or one made before for the same
-        // server and remote table.
-        let existing = client
-            .select(
-                "SELECT ft.ftserver OPERATOR(pg_catalog.=) s.oid \
-                        AND ft.ftoptions OPERATOR(pg_catalog.@>) ARRAY[$3, $4] \
-                   FROM pg_catalog.pg_class c \
-                   JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace \
-                   LEFT JOIN pg_catalog.pg_foreign_table ft ON ft.ftrelid OPERATOR(pg_catalog.=) c.oid \
-                   LEFT JOIN pg_catalog.pg_foreign_server s ON s.srvname OPERATOR(pg_catalog.=) $5 \
-                  WHERE c.relname OPERATOR(pg_catalog.=) $1 AND n.nspname OPERATOR(pg_catalog.=) $2",
-                Some(1),
-                &[
-                    foreign_name.as_str().into(),
-                    schema.as_str().into(),
-                    format!("schema_name={remote_schema}").into(),
-                    format!("table_name={remote_table}").into(),
-                    server.into(),
-                ],
-            )
-            .map_err(spi_failed("segment_attach: foreign table"))?;
-        let qualified = format!(
-            "{}.{}",
-            quote_identifier(&schema),
-            quote_identifier(&foreign_name)
-        );
-        if existing.is_empty() {
-            client
-                .update(
-                    &format!(
-                        "CREATE FOREIGN TABLE {qualified} (\
-                            biz_tag varchar(64) NOT NULL, max_id bigint NOT NULL, step int NOT NULL, \
-                            version bigint NOT NULL, updated_at timestamptz) \
-                         SERVER {} OPTIONS (schema_name {}, table_name {})",
-                        quote_identifier(server),
-                        quote_literal(remote_schema),
-                        quote_literal(remote_table)
-                    ),
-                    None,
-                    &[],
-                )
-                .map_err(spi_failed("segment_attach: CREATE FOREIGN TABLE"))?;
-        } else if existing.first().get::<bool>(1).ok().flatten() != Some(true) {
-            return Err(IdgenError::ForeignTableTaken {
-                name: foreign_name.clone(),
-                server: server.into(),
-            });
-        }
+        let qualified = foreign_table(
+            client,
+            &schema,
+            server,
+            (remote_schema, remote_table),
+            ROW_COLUMNS,
+        )?;
+        // Where the central server is: recorded at every refill, and a
+        // refill is refused once it moved back (`fence.rs`). The central
+        // server must have it (pg_idgen 0.3.0, or the view made by hand);
+        // reading it proves the connection and the user mapping work.
+        let origin = foreign_table(
+            client,
+            &schema,
+            server,
+            (remote_schema, ORIGIN_VIEW),
+            ORIGIN_COLUMNS,
+        )?;
+        let view = format!("{remote_schema}.{ORIGIN_VIEW}");
+        let position = read_origin(client, &origin, server, &view)
+            .map_err(spi_failed("segment_attach: central position"))?;
         // The central row must be there, and the mapped user must be able
         // to update it: FOR UPDATE takes the row lock on the central server,
         // which needs its UPDATE privilege (a user that can only read fails
@@ -325,14 +298,16 @@ fn segment_attach(
                 &format!(
                     "SELECT FROM pg_catalog.pg_attribute \
                       WHERE attrelid OPERATOR(pg_catalog.=) '{registry_table}'::pg_catalog.regclass \
-                        AND attname OPERATOR(pg_catalog.=) 'max_id_seen' AND NOT attisdropped"
+                        AND attname OPERATOR(pg_catalog.=) ANY ('{{max_id_seen,origin_table}}') \
+                        AND NOT attisdropped"
                 ),
-                Some(1),
+                None,
                 &[],
             )
             .map_err(spi_failed("segment_attach: register"))?
-            .len()
-            == 1;
+            .len();
+        // Under 0.2.0's SQL: neither; under 0.3.0's: both.
+        let records_seen = records_seen == 2;
         // Attached here before and dropped: this database has handed out
         // the tag's IDs up to that mark, whatever the central row says now.
         let detached_mark = match tag::detached_table_name(table_oid) {
@@ -364,7 +339,10 @@ fn segment_attach(
         }
         let central_max_id = central_max_id.max(detached_mark);
         let (columns, values) = if records_seen {
-            (", max_id_seen", ", $4")
+            (
+                ", max_id_seen, origin_table",
+                ", $4, $5::pg_catalog.regclass",
+            )
         } else {
             ("", "")
         };
@@ -381,17 +359,89 @@ fn segment_attach(
                     server.into(),
                     qualified.as_str().into(),
                     central_max_id.into(),
+                    origin.as_str().into(),
                 ],
             )
             .map_err(spi_failed("segment_attach: register"))?;
         if inserted.is_empty() {
             return Err(IdgenError::TagExists { tag: tag.into() });
         }
+        if records_seen {
+            record_position(client, &registry_table, tag, &position)
+                .map_err(spi_failed("segment_attach: central position"))?;
+        }
         Ok(())
     });
     if let Err(e) = result {
         e.raise();
     }
+}
+
+/// The columns of the foreign table for a central `id_segment`.
+const ROW_COLUMNS: &str =
+    "biz_tag varchar(64) NOT NULL, max_id bigint NOT NULL, step int NOT NULL, \
+                           version bigint NOT NULL, updated_at timestamptz";
+/// The central server's view of where it is, and its columns.
+const ORIGIN_VIEW: &str = "id_segment_origin";
+const ORIGIN_COLUMNS: &str =
+    "system_identifier bigint, timeline bigint, wal_lsn pg_lsn, clock timestamptz, accepted_at timestamptz";
+
+/// The foreign table `"<remote schema>.<remote table>@<server>"` in the
+/// extension's `schema`: made here, or one made before for the same server
+/// and remote table. Returns its qualified name.
+fn foreign_table(
+    client: &mut SpiClient<'_>,
+    schema: &str,
+    server: &str,
+    (remote_schema, remote_table): (&str, &str),
+    columns: &str,
+) -> Result<String, IdgenError> {
+    let foreign_name = foreign_table_name(remote_schema, remote_table, server);
+    let existing = client
+        .select(
+            "SELECT ft.ftserver OPERATOR(pg_catalog.=) s.oid \
+                    AND ft.ftoptions OPERATOR(pg_catalog.@>) ARRAY[$3, $4] \
+               FROM pg_catalog.pg_class c \
+               JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace \
+               LEFT JOIN pg_catalog.pg_foreign_table ft ON ft.ftrelid OPERATOR(pg_catalog.=) c.oid \
+               LEFT JOIN pg_catalog.pg_foreign_server s ON s.srvname OPERATOR(pg_catalog.=) $5 \
+              WHERE c.relname OPERATOR(pg_catalog.=) $1 AND n.nspname OPERATOR(pg_catalog.=) $2",
+            Some(1),
+            &[
+                foreign_name.as_str().into(),
+                schema.into(),
+                format!("schema_name={remote_schema}").into(),
+                format!("table_name={remote_table}").into(),
+                server.into(),
+            ],
+        )
+        .map_err(spi_failed("segment_attach: foreign table"))?;
+    let qualified = format!(
+        "{}.{}",
+        quote_identifier(schema),
+        quote_identifier(&foreign_name)
+    );
+    if existing.is_empty() {
+        client
+            .update(
+                &format!(
+                    "CREATE FOREIGN TABLE {qualified} ({columns}) \
+                     SERVER {} OPTIONS (schema_name {}, table_name {})",
+                    quote_identifier(server),
+                    quote_literal(remote_schema),
+                    quote_literal(remote_table)
+                ),
+                None,
+                &[],
+            )
+            .map_err(spi_failed("segment_attach: CREATE FOREIGN TABLE"))?;
+    } else if existing.first().get::<bool>(1).ok().flatten() != Some(true) {
+        return Err(IdgenError::ForeignTableTaken {
+            name: foreign_name,
+            server: server.into(),
+        });
+    }
+    Ok(qualified)
 }
 
 /// The foreign table's name, `"<schema>.<table>@<server>"`, cut to fit

@@ -50,15 +50,23 @@
 //!    worker's own `SET LOCAL`s never reach the central server.
 //! 2. `statement_timeout = pg_idgen.remote_timeout`, which postgres_fdw
 //!    turns into a cancel of the remote statement.
-//! 3. The CAS, with the tag's `id_segment_remote.max_id_seen` (and the IDs
+//! 3. Where the central server is (its `id_segment_origin`: system
+//!    identifier, timeline, WAL position), against what this server
+//!    recorded at its last refill (`id_segment_remote.central_*`): another
+//!    cluster, another timeline or WAL gone back is refused
+//!    (`CentralMoved`, `fence.rs`) before anything is written. This
+//!    catches what step 4's floor cannot: a central server that went back
+//!    to before ranges *other* shards took.
+//! 4. The CAS, with the tag's `id_segment_remote.max_id_seen` (and the IDs
 //!    this server handed out) as the floor: a central row below it means
 //!    the central server went back, and the refill is refused
 //!    (`CentralWentBack`) before anything is written.
-//! 4. `max_id_seen` is raised to the range's end in the local transaction.
+//! 5. `max_id_seen` is raised to the range's end in the local transaction.
 //!    postgres_fdw commits the remote transaction just before the local
 //!    one, so the range is committed (and flushed) on the central server
 //!    before the mark and the range are; a failure between the two commits
-//!    leaves a gap. So the largest `max_id_seen` over every shard covers
+//!    leaves a gap. The position read in step 3 is recorded with it. So
+//!    the largest `max_id_seen` over every shard covers
 //!    every ID any of them handed out: the value to restore a central row
 //!    to.
 //!
@@ -69,11 +77,15 @@
 //! transaction's `search_path` is `pg_catalog, pg_temp`, so no object a user
 //! creates can change what these statements do.
 
+use super::fence::{parse_lsn, refusal, CentralPosition, Lsn, Recorded};
 use super::policy::{granted_range, plan_range, RefillProblem};
 use crate::catalog::as_owner;
+use crate::errors::IdgenError;
 use crate::failpoints::failpoint;
 use crate::remote_session;
 use pgrx::pg_sys;
+use pgrx::pg_sys::panic::CaughtError;
+use pgrx::pg_sys::PgTryBuilder;
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 
@@ -123,6 +135,11 @@ struct RemoteSource {
     max_id_seen: Option<i64>,
     /// `id_segment_remote` has the `max_id_seen` column (0.3.0's SQL).
     records_seen: bool,
+    /// The foreign table over the central server's `id_segment_origin`
+    /// (`None` for a tag attached before 0.3.0), and the position this
+    /// server recorded at its last refill (`None`: none yet, or cleared).
+    origin_table: Option<String>,
+    recorded: Option<Recorded>,
 }
 
 /// The remote source of `tag`, if it has one (`id_segment_remote` sits in
@@ -142,7 +159,19 @@ fn find_remote(
                     OPERATOR(pg_catalog.||) pg_catalog.quote_ident(c.relname), c.relowner, \
                     r.server::pg_catalog.text, s.srvname::pg_catalog.text, {server_options}, \
                     (pg_catalog.to_jsonb(r) OPERATOR(pg_catalog.->>) 'max_id_seen')::pg_catalog.int8, \
-                    pg_catalog.to_jsonb(r) OPERATOR(pg_catalog.?) 'max_id_seen' \
+                    pg_catalog.to_jsonb(r) OPERATOR(pg_catalog.?) 'max_id_seen', \
+                    (SELECT pg_catalog.quote_ident(oc_n.nspname) OPERATOR(pg_catalog.||) '.' \
+                                OPERATOR(pg_catalog.||) pg_catalog.quote_ident(oc.relname) \
+                       FROM pg_catalog.pg_class oc \
+                       JOIN pg_catalog.pg_namespace oc_n ON oc_n.oid OPERATOR(pg_catalog.=) oc.relnamespace \
+                      WHERE oc.oid OPERATOR(pg_catalog.=) ((pg_catalog.to_jsonb(r) OPERATOR(pg_catalog.->>) 'origin_table') \
+                                                            ::pg_catalog.regclass)::pg_catalog.oid), \
+                    (pg_catalog.to_jsonb(r) OPERATOR(pg_catalog.->>) 'central_system_identifier')::pg_catalog.int8, \
+                    (pg_catalog.to_jsonb(r) OPERATOR(pg_catalog.->>) 'central_timeline')::pg_catalog.int8, \
+                    pg_catalog.to_jsonb(r) OPERATOR(pg_catalog.->>) 'central_wal_lsn', \
+                    (EXTRACT(epoch FROM (pg_catalog.to_jsonb(r) OPERATOR(pg_catalog.->>) 'central_clock')::pg_catalog.timestamptz) \
+                        OPERATOR(pg_catalog.*) 1000000)::pg_catalog.int8, \
+                    (pg_catalog.to_jsonb(r) OPERATOR(pg_catalog.->>) 'origin_table') IS NOT NULL \
                FROM {remote_table} r \
                LEFT JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) r.foreign_table \
                LEFT JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace \
@@ -165,6 +194,10 @@ fn find_remote(
             row.get::<pg_sys::Oid>(2)?,
             row.get::<String>(4)?,
         ) {
+            // Its origin's foreign table was dropped: as good as its own.
+            _ if row.get::<bool>(13)? == Some(true) && row.get::<String>(8)?.is_none() => {
+                Err(registered_server)
+            }
             (Some(qualified_name), Some(owner), Some(server)) => Ok(RemoteSource {
                 qualified_name,
                 owner,
@@ -172,6 +205,25 @@ fn find_remote(
                 server_options: row.get::<String>(5)?,
                 max_id_seen: row.get::<i64>(6)?,
                 records_seen: row.get::<bool>(7)?.unwrap_or(false),
+                origin_table: row.get::<String>(8)?,
+                recorded: match (
+                    row.get::<i64>(9)?,
+                    row.get::<i64>(10)?,
+                    row.get::<String>(11)?.as_deref().and_then(parse_lsn),
+                    row.get::<i64>(12)?,
+                ) {
+                    (Some(system_identifier), Some(timeline), Some(wal_lsn), Some(clock_us)) => {
+                        Some(Recorded {
+                            position: CentralPosition {
+                                system_identifier,
+                                timeline,
+                                wal_lsn,
+                            },
+                            clock_us,
+                        })
+                    }
+                    _ => None,
+                },
             }),
             _ => Err(registered_server),
         },
@@ -286,6 +338,22 @@ fn take_remote_range(
         oid: table.oid,
         owner: remote.owner,
     };
+    let position = match &remote.origin_table {
+        None => None,
+        Some(origin) => {
+            let report = as_owner(remote.owner, || {
+                let view = format!("id_segment_origin (read by foreign table {origin})");
+                read_origin(client, origin, &remote.server, &view)
+            })?;
+            if let Some(moved) = refusal(remote.recorded, report.position, report.accepted_at_us) {
+                return Ok(Err(RefillProblem::CentralMoved {
+                    server: remote.server,
+                    moved,
+                }));
+            }
+            Some(report)
+        }
+    };
     let handed_out = handed_out.filter(|_| bound_table == 0 || bound_table == table.oid);
     let floor = handed_out.max(remote.max_id_seen);
     let granted = as_owner(remote.owner, || cas(client, &source, tag, steps, floor))?;
@@ -311,15 +379,18 @@ fn take_remote_range(
     if remote.records_seen {
         // Extension objects are owned by the worker's own user; the row
         // commits with the local transaction, after the remote commit.
+        let registry = table.remote_registry.as_deref().unwrap_or_default();
         client.update(
             &format!(
-                "UPDATE {} SET max_id_seen = GREATEST(max_id_seen, $2) \
-                  WHERE biz_tag OPERATOR(pg_catalog.=) $1",
-                table.remote_registry.as_deref().unwrap_or_default()
+                "UPDATE {registry} SET max_id_seen = GREATEST(max_id_seen, $2) \
+                  WHERE biz_tag OPERATOR(pg_catalog.=) $1"
             ),
             None,
             &[tag.into(), (granted.first - 1 + granted.len as i64).into()],
         )?;
+        if let Some(report) = position {
+            record_position(client, registry, tag, &report)?;
+        }
     }
     // The central row is locked by this refill until the local commit.
     failpoint("worker-remote-before-commit");
@@ -327,6 +398,101 @@ fn take_remote_range(
         remote: true,
         ..granted
     }))
+}
+
+/// What a central server's `id_segment_origin` reports.
+pub struct OriginReport {
+    pub position: CentralPosition,
+    /// Its clock, and its last `segment_central_accept()`, in microseconds
+    /// since 1970.
+    pub clock_us: i64,
+    pub accepted_at_us: Option<i64>,
+}
+
+/// `read_position`, with a central server that has no `id_segment_origin`
+/// (pg_idgen older than 0.3.0 there, or an `id_segment` made by hand)
+/// reported as such: `NoCentralOrigin` naming `view`, instead of the
+/// remote's "relation does not exist".
+pub fn read_origin(
+    client: &SpiClient<'_>,
+    origin: &str,
+    server: &str,
+    view: &str,
+) -> Result<OriginReport, pgrx::spi::Error> {
+    PgTryBuilder::new(|| read_position(client, origin))
+        .catch_others(|caught| match &caught {
+            CaughtError::PostgresError(report)
+                if report.sql_error_code() == PgSqlErrorCode::ERRCODE_UNDEFINED_TABLE =>
+            {
+                IdgenError::NoCentralOrigin {
+                    server: server.into(),
+                    view: view.into(),
+                }
+                .raise()
+            }
+            _ => caught.rethrow(),
+        })
+        .execute()
+}
+
+/// Where the central server is now, read through `origin` (its
+/// `id_segment_origin`), in the refill's remote transaction.
+fn read_position(client: &SpiClient<'_>, origin: &str) -> Result<OriginReport, pgrx::spi::Error> {
+    let rows = client.select(
+        &format!(
+            "SELECT system_identifier, timeline, wal_lsn::pg_catalog.text, \
+                    (EXTRACT(epoch FROM clock) OPERATOR(pg_catalog.*) 1000000)::pg_catalog.int8, \
+                    (EXTRACT(epoch FROM accepted_at) OPERATOR(pg_catalog.*) 1000000)::pg_catalog.int8 \
+               FROM {origin}"
+        ),
+        Some(1),
+        &[],
+    )?;
+    let row = rows.first();
+    // A view that answers nothing or NULLs is no position: 0/0 on timeline
+    // 0 of system 0 differs from any a server recorded.
+    Ok(OriginReport {
+        position: CentralPosition {
+            system_identifier: row.get::<i64>(1).ok().flatten().unwrap_or(0),
+            timeline: row.get::<i64>(2).ok().flatten().unwrap_or(0),
+            wal_lsn: row
+                .get::<String>(3)
+                .ok()
+                .flatten()
+                .as_deref()
+                .and_then(parse_lsn)
+                .unwrap_or(0),
+        },
+        clock_us: row.get::<i64>(4).ok().flatten().unwrap_or(0),
+        accepted_at_us: row.get::<i64>(5).ok().flatten(),
+    })
+}
+
+/// Records `report` as where the central server was, in `tag`'s row of
+/// `registry` (`id_segment_remote`).
+pub fn record_position(
+    client: &mut SpiClient<'_>,
+    registry: &str,
+    tag: &str,
+    report: &OriginReport,
+) -> Result<(), pgrx::spi::Error> {
+    client.update(
+        &format!(
+            "UPDATE {registry} SET central_system_identifier = $2, central_timeline = $3, \
+                    central_wal_lsn = $4::pg_catalog.pg_lsn, \
+                    central_clock = pg_catalog.to_timestamp($5::pg_catalog.float8 OPERATOR(pg_catalog./) 1000000) \
+              WHERE biz_tag OPERATOR(pg_catalog.=) $1"
+        ),
+        None,
+        &[
+            tag.into(),
+            report.position.system_identifier.into(),
+            report.position.timeline.into(),
+            Lsn(report.position.wal_lsn).to_string().into(),
+            report.clock_us.into(),
+        ],
+    )?;
+    Ok(())
 }
 
 /// The CAS loop of `take_range`, run as the table's owner. `floor` is the

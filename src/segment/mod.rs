@@ -5,6 +5,7 @@
 //! * `chain`: the lock-free range chain.
 //! * `policy`: when to refill, where the prefetch mark sits, what range a
 //!   row grants.
+//! * `fence`: whether a central server is still where a shard left it.
 //!
 //! PostgreSQL glue:
 //! * `registry`: slots and worker entries in shared memory; the locking
@@ -24,6 +25,7 @@ pub mod chain;
 pub mod created_here;
 pub mod ddl;
 pub mod distributor;
+pub mod fence;
 pub mod guard;
 pub mod lifecycle;
 pub mod policy;

@@ -211,6 +211,13 @@ pub enum RefillProblem {
         max_id: i64,
         seen: i64,
     },
+    /// The central server is not where this server left it at its last
+    /// refill from it (`fence.rs`): another cluster, another timeline, or
+    /// its WAL went back.
+    CentralMoved {
+        server: String,
+        moved: super::fence::Moved,
+    },
     /// The postgres_fdw server does not pin the central session's settings
     /// a refill needs (`remote_session.rs`).
     RemoteSessionUnsafe {

@@ -34,7 +34,10 @@ use std::sync::atomic::{
     AtomicBool, AtomicI32, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, Ordering,
 };
 
-const ERROR_TEXT_BYTES: usize = 480;
+/// Room for a refill error's message and hint each: the longest carry a
+/// server name, a tag and a table name (63 or 64 bytes each) besides the
+/// SQL that fixes it.
+const ERROR_TEXT_BYTES: usize = 1024;
 
 /// Counters kept per slot for `segment_status`; all relaxed atomics.
 #[repr(C)]

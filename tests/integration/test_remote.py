@@ -15,8 +15,8 @@ import psycopg
 import pytest
 
 from adversary import paused
-from helpers import (PINNED, assert_increasing, assert_unique, draw, draw_plain, free_ports, row_locked,
-                     wait_for)
+from helpers import (PINNED, assert_increasing, assert_unique, draw, draw_plain, free_ports, promote,
+                     row_locked, wait_for)
 from proxy import LinkProxy
 
 EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "sharding")
@@ -417,7 +417,9 @@ def test_long_server_names_and_a_dropped_foreign_table(make_cluster):
     central.sql("SELECT segment_create('c', step => 10)", dbname=central_db)
     shard.sql(f"SELECT segment_attach('c', '{long_name}2')", dbname=db)
     tables = shard.sql("SELECT count(*) FROM pg_foreign_table", dbname=db)[0][0]
-    assert tables == 3  # orders' own, and one per long-named server
+    # Per server (orders' own, and one per long-named one): its id_segment
+    # and its id_segment_origin.
+    assert tables == 6
     for tag in ("a", "b", "c"):
         ids = draw_plain(shard, db, tag, 50)
         assert_increasing(ids)
@@ -545,20 +547,114 @@ def test_a_central_server_restored_from_a_cold_copy_is_refused_until_raised_as_d
         if number == 0:
             shard.restart()   # its cached ranges and in-memory marks are gone
         error = _draw_until_error(shard, db, drawn)
+        # Refused either way: by the fence while the central server's WAL
+        # is still behind where the shard saw it, by the shard's own mark
+        # once it is not.
         assert isinstance(error, psycopg.errors.DataException), error
-        assert f'central server "central" went back for segment tag "orders"' in str(error)
         seen = _seen(shard, db)
-        assert f"this server has already taken IDs up to {seen} from it" in str(error)
-        assert f"this server's is {seen}" in error.diag.message_hint
-        assert "UPDATE id_segment SET max_id = " in error.diag.message_hint
+        if "went back for segment tag" in str(error):
+            assert f"this server has already taken IDs up to {seen} from it" in str(error)
+            assert f"this server's is {seen}" in error.diag.message_hint
+        else:
+            _refused_as_moved(error, "its WAL position went back to")
+        assert "SELECT segment_central_accept()" in error.diag.message_hint
         marks.append(seen)
     assert_unique(drawn)
     assert max(marks) >= max(drawn)
 
-    # The recovery: the central row set to the largest mark of its shards.
     central.sql("UPDATE id_segment SET max_id = %s, version = version + 1 WHERE biz_tag = 'orders'",
                 (max(marks),), dbname=central_db)
+    central.sql("SELECT segment_central_accept()", dbname=central_db)
     for shard, db in shards:
+        drawn += draw_plain(shard, db, "orders", 5_000)
+    assert_unique(drawn)
+
+
+def _refused_as_moved(error, what):
+    """`error` is the fence's refusal for 'orders', naming `what` moved."""
+    assert isinstance(error, psycopg.errors.DataException), error
+    assert ('central server "central" is not where this server left it for segment tag "orders"'
+            in str(error)), error
+    assert what in str(error), error
+    assert "SELECT segment_central_accept()" in error.diag.message_hint
+    assert "UPDATE id_segment SET max_id = " in error.diag.message_hint
+
+
+@pytest.mark.parametrize("how", ["failover", "pitr"])
+def test_a_central_server_that_lost_other_shards_ranges_is_refused_by_a_shard_that_took_none(
+        make_cluster, how):
+    """Shard B draws, then the central server's later history is lost in
+    one of two ways: a failover to an asynchronous standby stopped before
+    shard A's refills, or a point-in-time recovery of a base backup to a
+    moment before them. B took nothing after that moment, so its own mark
+    is below the central row and only the central server's timeline can
+    tell B that A's ranges are gone: B refuses (so does A), naming the new
+    timeline. The recovery — the row raised to the largest mark, then
+    segment_central_accept() — lets both go on, with no ID repeated."""
+    central, central_db, [(a, a_db), (b, b_db)] = central_and_shards(make_cluster)
+    if how == "pitr":
+        archive = os.path.join(central.dir, "archive")
+        os.makedirs(archive)
+        subprocess.run(["chown", "postgres:postgres", archive], check=True)
+        central.append_conf("archive_mode = on", f"archive_command = 'cp %p {archive}/%f'")
+        central.restart()
+    drawn = draw_plain(a, a_db, "orders", 3_000) + draw_plain(b, b_db, "orders", 3_000)
+    successor = make_cluster()
+    shutil.rmtree(successor.data)
+    if how == "failover":
+        central.client("pg_basebackup", "-D", successor.data, "-R", "-X", "stream")
+    else:
+        central.client("pg_basebackup", "-D", successor.data, "-X", "stream")
+    subprocess.run(["chown", "-R", "postgres:postgres", successor.data], check=True)
+    successor.append_conf(f"unix_socket_directories = '{successor.dir}'")
+    if how == "failover":
+        successor.start()
+        (lsn,), = central.sql("SELECT pg_current_wal_flush_lsn()")
+        assert wait_for(lambda: successor.sql(
+            "SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", (lsn,)) == [(True,)], timeout=60)
+        successor.stop()   # misses everything from here on
+    else:
+        (target,), = central.sql("SELECT pg_current_wal_lsn()::text")
+    drawn += draw_plain(a, a_db, "orders", 20_000)
+    lost_up_to = central_max_id(central, central_db)
+    if how == "pitr":
+        central.sql("SELECT pg_switch_wal()")
+        assert wait_for(lambda: central.sql(
+            "SELECT last_archived_wal IS NOT NULL AND last_archived_wal >= "
+            "pg_walfile_name(pg_current_wal_lsn() - 1) FROM pg_stat_archiver") == [(True,)],
+            timeout=60)
+        successor.append_conf(f"restore_command = 'cp {archive}/%f %p'",
+                              f"recovery_target_lsn = '{target}'",
+                              "recovery_target_action = 'promote'")
+        open(os.path.join(successor.data, "recovery.signal"), "w").close()
+    central.stop("immediate")
+    successor.start()
+    if how == "failover":
+        promote(successor)
+    else:
+        assert wait_for(lambda: successor.sql("SELECT pg_is_in_recovery()") == [(False,)],
+                        timeout=60)
+    assert central_max_id(successor, central_db) < lost_up_to
+    for shard, db in ((a, a_db), (b, b_db)):
+        shard.sql(f"ALTER SERVER central OPTIONS (SET host '{successor.dir}')", dbname=db)
+
+    (timeline,), = successor.sql("SELECT timeline FROM id_segment_origin", dbname=central_db)
+    assert timeline == 2
+    marks = []
+    for shard, db in ((b, b_db), (a, a_db)):
+        error = _draw_until_error(shard, db, drawn)
+        _refused_as_moved(error, "it is on WAL timeline 2 now, was 1")
+        marks.append(_seen(shard, db))
+    assert_unique(drawn)
+    assert marks[0] < lost_up_to <= marks[1]   # B's own mark could not tell
+
+    # Raising the row alone is not enough: the shards cannot tell that it
+    # was raised far enough.
+    successor.sql("UPDATE id_segment SET max_id = %s, version = version + 1 WHERE biz_tag = 'orders'",
+                  (max(marks),), dbname=central_db)
+    _refused_as_moved(_draw_until_error(b, b_db, drawn, n=100), "it is on WAL timeline 2 now, was 1")
+    successor.sql("SELECT segment_central_accept()", dbname=central_db)
+    for shard, db in ((a, a_db), (b, b_db)):
         drawn += draw_plain(shard, db, "orders", 5_000)
     assert_unique(drawn)
 
@@ -610,6 +706,7 @@ def _hand_made_central_and_shard(make_cluster):
                 dbname=central_db)
     central.sql("INSERT INTO id_segment (biz_tag, max_id, step) VALUES ('orders', 0, 10)",
                 dbname=central_db)
+    psql_file(central, central_db, os.path.join(EXAMPLES, "central_by_hand.sql"))
     shard = make_cluster(conf=(*SHARD_CONF, "pg_idgen.machine_id = 1"))
     shard.start()
     db = shard.new_database()
@@ -869,8 +966,13 @@ def test_a_shard_frozen_while_it_holds_the_central_row_stalls_the_others_only_se
         with paused(a, "worker-remote-before-commit", trigger=start_drawer):
             assert wait_for(frozen, timeout=60), "shard A's central session is not idle in it"
             [(frozen_pid,)] = frozen()
+            # B draws until it has taken a range from the central row
+            # (its cache alone could serve the first draws).
+            row_at_freeze = central_max_id(central, central_db)
             after = []
-            assert wait_for(lambda: _drew(b, b_db, after, n=2000), timeout=120, interval=0.5), (
+            assert wait_for(lambda: _drew(b, b_db, after, n=2000)
+                            and central_max_id(central, central_db) > row_at_freeze,
+                            timeout=120, interval=0.5), (
                 "shard B got no range while shard A's stopped session held the central row")
             drawn["b"] += after
             assert central.sql("SELECT count(*) FROM pg_stat_activity WHERE pid = %s",
@@ -1012,3 +1114,4 @@ def test_a_refill_failing_on_the_central_server_names_it_and_the_fix(make_cluste
                 dbname=central_db)
     assert wait_for(lambda: _drew(shard, db, drawn), timeout=60, interval=0.5)
     assert_unique(drawn)
+

@@ -19,11 +19,13 @@ import shutil
 import subprocess
 import tempfile
 
+import psycopg
 import pytest
 
 from cluster import PG_BIN
 from releases import build_release, pg_config_value
-from helpers import BURST_LAYOUT, assert_increasing, assert_unique, draw_plain, draw_snowflakes, promote, replayed, standby_of
+from helpers import (BURST_LAYOUT, PINNED, assert_increasing, assert_unique, draw_plain, draw_snowflakes,
+                     promote, replayed, standby_of)
 
 CURRENT = "0.3.0"
 PG_CONFIG = os.path.join(PG_BIN, "pg_config")
@@ -250,3 +252,56 @@ def test_a_0_2_0_server_updates_in_place_then_crashes_and_fails_over_repeating_n
     assert set(old_events) <= set(replicated_events)
     assert_unique(replicated_events + after)
     assert max(old_orders) < min(after_orders)
+
+
+def test_a_tag_attached_under_0_2_0_is_fenced_once_both_servers_update(make_cluster, libraries_0_2_0):
+    """A shard and its central server on 0.2.0, a tag attached there. The
+    shard updates first: its update gives the attachment the foreign table
+    over the central server's id_segment_origin, whose refills then fail
+    with 55000 naming the view until the central server updates too; then
+    each refill records where the central server is. No ID repeats."""
+    libraries_0_2_0.use_old()
+    central = make_cluster()
+    central.start()
+    shard = make_cluster(conf=("pg_idgen.machine_id = 1", "pg_idgen.refill_timeout = '2s'",
+                               "pg_idgen.remote_cache_ahead = '1s'", "pg_idgen.max_ids_ahead = 2000"))
+    shard.start()
+    libraries_0_2_0.use_new()
+    assert running_library(central) == running_library(shard) == "0.2.0"
+    central_db = central.new_database(extension=False)
+    central.sql("CREATE EXTENSION pg_idgen VERSION '0.2.0'", dbname=central_db)
+    central.sql("SELECT segment_create('orders', step => 10)", dbname=central_db)
+    db = shard.new_database(extension=False)
+    for statement in [
+        "CREATE EXTENSION pg_idgen VERSION '0.2.0'",
+        "CREATE EXTENSION postgres_fdw",
+        f"CREATE SERVER central FOREIGN DATA WRAPPER postgres_fdw OPTIONS (host '{central.dir}', "
+        f"port '{central.port}', dbname '{central_db}', connect_timeout '2', options '{PINNED}')",
+        "CREATE USER MAPPING FOR CURRENT_USER SERVER central OPTIONS (user 'postgres')",
+        "SELECT segment_attach('orders', 'central')",
+    ]:
+        shard.sql(statement, dbname=db)
+    ids = draw_plain(shard, db, "orders", 1000)
+    central.restart()
+    shard.restart()
+    assert running_library(central) == running_library(shard) == "current"
+    ids += draw_plain(shard, db, "orders", 1000)   # the 0.2.0 SQL on both
+
+    shard.sql("ALTER EXTENSION pg_idgen UPDATE", dbname=db)
+    (origin,), = shard.sql("SELECT origin_table::text FROM id_segment_remote WHERE biz_tag = 'orders'",
+                           dbname=db)
+    assert origin == '"public.id_segment_origin@central"'
+    with shard.connect(db) as conn:
+        with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState) as refused:
+            for _ in range(100):
+                ids += [r[0] for r in conn.execute(
+                    "SELECT segment_nextval('orders') FROM generate_series(1, 500)")]
+    assert 'server "central" has no view id_segment_origin' in str(refused.value)
+    assert "ALTER EXTENSION pg_idgen UPDATE" in refused.value.diag.message_hint
+
+    central.sql("ALTER EXTENSION pg_idgen UPDATE", dbname=central_db)
+    ids += draw_plain(shard, db, "orders", 5000)
+    (identifier,), = central.sql("SELECT system_identifier FROM pg_control_system()")
+    assert shard.sql("SELECT central_system_identifier, central_timeline FROM id_segment_remote",
+                     dbname=db) == [(identifier, 1)]
+    assert_unique(ids)

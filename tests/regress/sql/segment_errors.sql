@@ -196,6 +196,11 @@ ALTER SERVER loop OPTIONS (ADD options '-c synchronous_commit=off -c lock_timeou
 SELECT segment_attach('far', 'loop', remote_schema => 'central');
 \echo :LAST_ERROR_SQLSTATE
 ALTER SERVER loop OPTIONS (SET options '-c synchronous_commit=on -c lock_timeout=10ms -c idle_in_transaction_session_timeout=5s');
+-- The central server must say where it is (id_segment_origin, which
+-- pg_idgen there or examples/sharding/central_by_hand.sql creates).
+SELECT segment_attach('far', 'loop', remote_schema => 'central');
+\echo :LAST_ERROR_SQLSTATE
+CREATE VIEW central.id_segment_origin AS SELECT * FROM id_segment_origin;
 SELECT segment_attach('not_there', 'loop', remote_schema => 'central');
 \echo :LAST_ERROR_SQLSTATE
 SELECT segment_attach('orders', 'loop', remote_schema => 'central');
@@ -225,6 +230,17 @@ UPDATE central.id_segment SET max_id = r.max_id_seen, version = version + 1
 DELETE FROM central.id_segment WHERE biz_tag = 'far';
 SELECT count(segment_nextval('far')) FROM generate_series(1, 100000);
 \echo :LAST_ERROR_SQLSTATE
+INSERT INTO central.id_segment (biz_tag, max_id, step)
+  SELECT 'far', max_id_seen, 10 FROM id_segment_remote WHERE biz_tag = 'far';
+-- The row made again at the mark, and the central server on another WAL
+-- timeline than at the last refill (as after a failover or a point-in-time
+-- recovery): refused, naming it, until segment_central_accept() there.
+CREATE OR REPLACE VIEW central.id_segment_origin AS
+  SELECT system_identifier, timeline + 1 AS timeline, wal_lsn, clock, accepted_at FROM id_segment_origin;
+SELECT count(segment_nextval('far')) FROM generate_series(1, 100000);
+\echo :LAST_ERROR_SQLSTATE
+SELECT segment_central_accept() IS NOT NULL AS accepted;
+SELECT count(segment_nextval('far')) FROM generate_series(1, 100);
 -- The foreign table's name taken by a relation that is not that table.
 CREATE TABLE "central.taken@loop" (x int);
 SELECT segment_attach('other', 'loop', remote_schema => 'central', remote_table => 'taken');

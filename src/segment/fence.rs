@@ -1,0 +1,200 @@
+//! Whether a central server is still the one a shard left: pure checks on
+//! the position the central server reports (`id_segment_origin` there:
+//! its system identifier, its WAL timeline and its WAL insert position),
+//! against the one the shard recorded at its last refill from it
+//! (`id_segment_remote.central_*`).
+//!
+//! A central server that went back lost ranges it had handed out, and a
+//! shard cannot always see that from the row: one that took nothing after
+//! the point it went back to finds the row above its own mark. The
+//! position catches what the row cannot, for every shard that recorded one:
+//!
+//! * another system identifier: a different cluster (a dump restored into
+//!   a new one, `initdb` again);
+//! * another timeline: a promoted standby or a point-in-time recovery,
+//!   either of which may have lost commits of the old timeline;
+//! * a WAL position below the recorded one on the same timeline: a cold
+//!   copy of the data directory, or a backup restored without recovery to
+//!   the end.
+//!
+//! A change is refused until the DBA has raised the central rows above
+//! what every attached server took and run `segment_central_accept()`
+//! there (README, "Running the central server"). An acceptance counts for
+//! a shard when the central server's clock stamped it later than the
+//! shard's last refill (`id_segment_remote.central_clock`): one made before
+//! the shard's last refill is older than the move, and a restored copy
+//! brings back only acceptances from before it.
+
+use std::fmt;
+
+/// Where a central server was (or is): what `id_segment_origin` reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CentralPosition {
+    pub system_identifier: i64,
+    pub timeline: i64,
+    pub wal_lsn: u64,
+}
+
+/// What a shard recorded at its last refill from a central server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Recorded {
+    pub position: CentralPosition,
+    /// The central server's clock then, in microseconds since 1970.
+    pub clock_us: i64,
+}
+
+/// How a central server moved since a shard's last refill from it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Moved {
+    OtherCluster { was: i64, now: i64 },
+    OtherTimeline { was: i64, now: i64 },
+    WalWentBack { was: u64, now: u64 },
+}
+
+/// What keeps a refill from trusting the central server now, if anything:
+/// it moved since `recorded` (`None` before the first refill that records
+/// a position: whatever the server reports is taken), and was not accepted
+/// there since (`accepted_at_us`: its last `segment_central_accept()`).
+pub fn refusal(
+    recorded: Option<Recorded>,
+    now: CentralPosition,
+    accepted_at_us: Option<i64>,
+) -> Option<Moved> {
+    let recorded = recorded?;
+    let moved = moved_since(recorded.position, now)?;
+    match accepted_at_us {
+        Some(accepted) if accepted > recorded.clock_us => None,
+        _ => Some(moved),
+    }
+}
+
+/// How the central server moved from `was` to `now`, if it did.
+pub fn moved_since(was: CentralPosition, now: CentralPosition) -> Option<Moved> {
+    if was.system_identifier != now.system_identifier {
+        Some(Moved::OtherCluster {
+            was: was.system_identifier,
+            now: now.system_identifier,
+        })
+    } else if was.timeline != now.timeline {
+        Some(Moved::OtherTimeline {
+            was: was.timeline,
+            now: now.timeline,
+        })
+    } else if now.wal_lsn < was.wal_lsn {
+        Some(Moved::WalWentBack {
+            was: was.wal_lsn,
+            now: now.wal_lsn,
+        })
+    } else {
+        None
+    }
+}
+
+/// A `pg_lsn` as PostgreSQL prints it (`16/B374D848`).
+pub fn parse_lsn(text: &str) -> Option<u64> {
+    let (high, low) = text.split_once('/')?;
+    let high = u32::from_str_radix(high, 16).ok()?;
+    let low = u32::from_str_radix(low, 16).ok()?;
+    Some((u64::from(high) << 32) | u64::from(low))
+}
+
+/// A WAL position printed as PostgreSQL prints a `pg_lsn`.
+pub struct Lsn(pub u64);
+
+impl fmt::Display for Lsn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:X}/{:X}", self.0 >> 32, self.0 & 0xFFFF_FFFF)
+    }
+}
+
+impl fmt::Display for Moved {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Moved::OtherCluster { was, now } => write!(
+                f,
+                "it is another cluster now (system identifier {now}, was {was})"
+            ),
+            Moved::OtherTimeline { was, now } => write!(
+                f,
+                "it is on WAL timeline {now} now, was {was} (a failover or a point-in-time recovery)"
+            ),
+            Moved::WalWentBack { was, now } => write!(
+                f,
+                "its WAL position went back to {}, this server saw it at {} (a restored copy)",
+                Lsn(*now),
+                Lsn(*was)
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(system_identifier: i64, timeline: i64, wal_lsn: u64) -> CentralPosition {
+        CentralPosition {
+            system_identifier,
+            timeline,
+            wal_lsn,
+        }
+    }
+
+    fn recorded(position: CentralPosition, clock_us: i64) -> Option<Recorded> {
+        Some(Recorded { position, clock_us })
+    }
+
+    #[test]
+    fn nothing_recorded_takes_whatever_the_server_reports() {
+        assert_eq!(refusal(None, at(7, 3, 10), None), None);
+    }
+
+    #[test]
+    fn the_same_server_further_along_is_trusted() {
+        assert_eq!(moved_since(at(7, 1, 10), at(7, 1, 10)), None);
+        assert_eq!(
+            refusal(recorded(at(7, 1, 10), 500), at(7, 1, 11), None),
+            None
+        );
+    }
+
+    #[test]
+    fn a_move_is_refused_until_accepted_after_the_last_refill() {
+        let last = recorded(at(7, 1, 10), 500);
+        let moved = Some(Moved::OtherTimeline { was: 1, now: 2 });
+        assert_eq!(refusal(last, at(7, 2, 5), None), moved);
+        // An acceptance older than the shard's last refill predates the
+        // move (or came back with a restored copy): it does not count.
+        assert_eq!(refusal(last, at(7, 2, 5), Some(400)), moved);
+        assert_eq!(refusal(last, at(7, 2, 5), Some(500)), moved);
+        assert_eq!(refusal(last, at(7, 2, 5), Some(501)), None);
+    }
+
+    #[test]
+    fn another_cluster_a_new_timeline_or_wal_going_back_is_refused() {
+        assert_eq!(
+            moved_since(at(7, 1, 10), at(8, 1, 99)),
+            Some(Moved::OtherCluster { was: 7, now: 8 })
+        );
+        // A new timeline is refused even when its WAL is further along:
+        // the standby may have missed commits that came before its switch.
+        assert_eq!(
+            moved_since(at(7, 1, 10), at(7, 2, 99)),
+            Some(Moved::OtherTimeline { was: 1, now: 2 })
+        );
+        assert_eq!(
+            moved_since(at(7, 1, 10), at(7, 1, 9)),
+            Some(Moved::WalWentBack { was: 10, now: 9 })
+        );
+    }
+
+    #[test]
+    fn lsns_read_and_print_as_postgresql_does() {
+        assert_eq!(parse_lsn("16/B374D848"), Some(0x16_B374_D848));
+        assert_eq!(parse_lsn("0/0"), Some(0));
+        assert_eq!(parse_lsn("16B374D848"), None);
+        assert_eq!(parse_lsn("G/0"), None);
+        assert_eq!(Lsn(0x16_B374_D848).to_string(), "16/B374D848");
+        assert_eq!(Lsn(parse_lsn("0/1A").unwrap()).to_string(), "0/1A");
+    }
+}
