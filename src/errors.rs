@@ -405,6 +405,11 @@ pub fn refill_problem_report(problem: &RefillProblem, tag: &str) -> StoredError 
     {
         use PgSqlErrorCode::*;
         let (code, message, hint) = match problem {
+            RefillProblem::ServedByAnotherLane { lane } => (
+                ERRCODE_INTERNAL_ERROR,
+                format!("segment tag \"{tag}\" is refilled by another worker (lane {lane})"),
+                SEE_SERVER_LOG.to_string(),
+            ),
             RefillProblem::NoExtension => (
                 ERRCODE_UNDEFINED_OBJECT,
                 "extension \"pg_idgen\" is not installed in this database".to_string(),
@@ -873,7 +878,7 @@ impl IdgenError {
             IdgenError::SnowflakeClockBehind { .. } => "The clock stepped back (or IDs were asked for faster than the layout allows). Wait for it to catch up, fix the time source, or raise pg_idgen.snowflake_max_lead or pg_idgen.snowflake_max_wait.".into(),
             IdgenError::SnowflakeKeeperNotRunning { .. } => "Check the server log for why the \"pg_idgen snowflake keeper\" background worker exited or did not start; the postmaster restarts it 1 s after it exits. If no worker slot is free, raise max_worker_processes and restart the server.".into(),
             IdgenError::SnowflakeStateNotWritten { .. } => "Free space, or fix the permissions, in the data directory; snowflake IDs resume as soon as the keeper can write the file (the server log has its WARNING).".into(),
-            IdgenError::SnowflakeNoLease { .. } => "pg_idgen.machine_id = 'lease': the lease keeper takes a machine id from pg_idgen.lease_table (in pg_idgen.lease_database) and renews it; snowflake_status and the server log (\"pg_idgen lease keeper\") say why it holds none — most often the central server is unreachable.".into(),
+            IdgenError::SnowflakeNoLease { .. } => "pg_idgen.machine_id = 'lease': the lease keeper takes a machine id from pg_idgen.lease_table (in pg_idgen.lease_database) and renews it; the message says why it holds none (also in snowflake_status.lease_problem and the server log, \"pg_idgen lease keeper\"), and how to mend it.".into(),
             IdgenError::SnowflakeLeaseCeiling { .. } => "The lease keeper raises the ceiling at each renewal; if renewals fail (see the server log), IDs stop until they succeed again.".into(),
             IdgenError::SnowflakeMarkNotLogged { .. } => "pg_idgen commits the snowflake high-water mark in the table snowflake_high_water of pg_idgen.snowflake_database before it issues IDs up to it, so that standbys, restores and pg_upgrade continue above every ID. Install pg_idgen there (CREATE EXTENSION pg_idgen, or ALTER EXTENSION pg_idgen UPDATE after updating the library), or set pg_idgen.snowflake_database to a database that has it and restart.".into(),
             IdgenError::SnowflakeKeeperSlow { .. } => "The disk is slow to fsync. Raise pg_idgen.snowflake_persist_ahead so the keeper writes earlier, or pg_idgen.snowflake_max_wait.".into(),

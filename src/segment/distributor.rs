@@ -79,6 +79,7 @@
 
 use super::fence::{parse_lsn, refusal, CentralPosition, Lsn, Recorded};
 use super::policy::{granted_range, plan_range, RefillProblem};
+use super::registry::WorkerKey;
 use crate::catalog::as_owner;
 use crate::errors::IdgenError;
 use crate::failpoints::failpoint;
@@ -125,6 +126,9 @@ struct Table {
 /// The foreign table a remote tag's ranges come from, and its owner.
 struct RemoteSource {
     qualified_name: String,
+    /// The OID of its postgres_fdw server: the lane of the worker that
+    /// refills the tag (`registry::WorkerKey`).
+    server_oid: u32,
     owner: pg_sys::Oid,
     /// The postgres_fdw server of the foreign table, and its `options`.
     server: String,
@@ -171,7 +175,8 @@ fn find_remote(
                     pg_catalog.to_jsonb(r) OPERATOR(pg_catalog.->>) 'central_wal_lsn', \
                     (EXTRACT(epoch FROM (pg_catalog.to_jsonb(r) OPERATOR(pg_catalog.->>) 'central_clock')::pg_catalog.timestamptz) \
                         OPERATOR(pg_catalog.*) 1000000)::pg_catalog.int8, \
-                    (pg_catalog.to_jsonb(r) OPERATOR(pg_catalog.->>) 'origin_table') IS NOT NULL \
+                    (pg_catalog.to_jsonb(r) OPERATOR(pg_catalog.->>) 'origin_table') IS NOT NULL, \
+                    s.oid \
                FROM {remote_table} r \
                LEFT JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) r.foreign_table \
                LEFT JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace \
@@ -200,6 +205,7 @@ fn find_remote(
             }
             (Some(qualified_name), Some(owner), Some(server)) => Ok(RemoteSource {
                 qualified_name,
+                server_oid: row.get::<pg_sys::Oid>(14)?.map_or(0, |oid| oid.to_u32()),
                 owner,
                 server,
                 server_options: row.get::<String>(5)?,
@@ -271,12 +277,18 @@ fn find_table(client: &SpiClient<'_>) -> Result<Option<Table>, pgrx::spi::Error>
 /// table whose `max_id` is below it is refused (a re-created table starts
 /// afresh).
 ///
+/// `lane` is the calling worker's (`registry::WorkerKey`): a tag whose
+/// source is another lane's comes back as `ServedByAnotherLane` before any
+/// remote statement, so a worker never waits on another lane's central
+/// server.
+///
 /// Must run inside a transaction; the caller commits it (synchronously)
 /// before it publishes the range. PostgreSQL errors (lock timeout, missing
 /// table) propagate as panics for the caller's `PgTryBuilder`.
 pub fn take_range(
     tag: &str,
     steps: u64,
+    lane: u32,
     bound_table: u32,
     handed_out: Option<i64>,
     central_server: &mut Option<String>,
@@ -297,9 +309,19 @@ pub fn take_range(
                 Ok(remote) => remote,
                 Err(server) => return Ok(Err(RefillProblem::ForeignTableGone { server })),
             };
+            if remote.server_oid != lane {
+                return Ok(Err(RefillProblem::ServedByAnotherLane {
+                    lane: remote.server_oid,
+                }));
+            }
             // For the caller's report if anything from here on fails.
             *central_server = Some(remote.server.clone());
             return take_remote_range(client, &table, remote, tag, steps, bound_table, handed_out);
+        }
+        if lane != WorkerKey::LOCAL {
+            return Ok(Err(RefillProblem::ServedByAnotherLane {
+                lane: WorkerKey::LOCAL,
+            }));
         }
         let handed_out = handed_out.filter(|_| bound_table == 0 || bound_table == table.oid);
         as_owner(table.owner, || cas(client, &table, tag, steps, handed_out))

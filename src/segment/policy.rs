@@ -168,6 +168,13 @@ impl Default for Prefetcher {
 /// What can be wrong with a tag's row (or its table) at refill time.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RefillProblem {
+    /// Not the row's problem: the tag's ranges come from the source of
+    /// another of the database's workers (`lane`: 0 for the local table,
+    /// else the postgres_fdw server's OID). The worker hands the slot to
+    /// that worker; callers never see it.
+    ServedByAnotherLane {
+        lane: u32,
+    },
     NoExtension,
     NoRow,
     /// A remote tag's row is missing on the central server.

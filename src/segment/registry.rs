@@ -1,5 +1,8 @@
 //! The segment registry in shared memory: one slot per (database, tag) with
-//! its range chain, and one entry per database for its refill worker.
+//! its range chain, and one entry per refill worker. A database has a
+//! worker for its local tags and one per central server its attached tags
+//! draw from (a *lane*, `WorkerKey`), so that a central server that is
+//! slow, locked or cut off delays only the tags attached to it.
 //!
 //! # Locking protocol
 //!
@@ -9,12 +12,14 @@
 //! * **exclusive**: assigning or freeing a slot (its identity fields and
 //!   `generation`), publishing to or discarding a slot's chain (the chain
 //!   allows one publisher at a time), writing a slot's error text, and
-//!   changing a worker entry's `database` or `state`.
+//!   changing a worker entry's `database`, `lane` or `state`.
 //! * **shared**: looking a tag up, reading identity fields and error text
 //!   (the status view, waiting callers).
 //! * **no lock**: taking an ID (`RangeChain::take`, see `chain.rs`), the
-//!   statistics counters (relaxed atomics), `refill_requested`, and waking a
-//!   worker through its latch.
+//!   statistics counters (relaxed atomics), `refill_requested`, a slot's
+//!   `lane` (written by the worker that finds the tag served by another
+//!   lane, before it asks that lane's worker), and waking a worker through
+//!   its latch.
 //!
 //! A backend caches `(slot index, generation)` per tag. `generation` changes
 //! whenever a slot is freed or assigned, before its chain is touched, so a
@@ -98,6 +103,10 @@ pub struct Slot {
     /// A caller asked the worker for a range (set without lock, cleared by
     /// the worker).
     pub refill_requested: AtomicBool,
+    /// Which of the database's workers refills it (`WorkerKey::lane`): 0,
+    /// the local one, until a worker finds the tag attached to a central
+    /// server and hands it to that server's lane.
+    lane: AtomicU32,
     pub chain: RangeChain,
     pub stats: SlotStats,
     /// Bumped after each failed refill, once `error` holds its text.
@@ -106,10 +115,38 @@ pub struct Slot {
     cv: UnsafeCell<pg_sys::ConditionVariable>,
 }
 
-/// One database's refill worker.
+/// Which refill worker: a database's, for its local tags (`lane` 0) or
+/// for the tags attached to one central server (`lane`: the OID of its
+/// postgres_fdw server).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WorkerKey {
+    pub database: u32,
+    pub lane: u32,
+}
+
+impl WorkerKey {
+    /// The lane of a database's local tags.
+    pub const LOCAL: u32 = 0;
+
+    /// The background worker's argument: both halves in one Datum.
+    pub fn to_datum(self) -> pg_sys::Datum {
+        pg_sys::Datum::from((u64::from(self.lane) << 32) | u64::from(self.database))
+    }
+
+    pub fn from_datum(datum: pg_sys::Datum) -> WorkerKey {
+        let value = datum.value() as u64;
+        WorkerKey {
+            database: value as u32,
+            lane: (value >> 32) as u32,
+        }
+    }
+}
+
+/// One refill worker.
 #[repr(C)]
 pub struct WorkerEntry {
     pub database: AtomicU32,
+    pub lane: AtomicU32,
     pub state: AtomicU32,
     pub pid: AtomicI32,
     latch: AtomicPtr<pg_sys::Latch>,
@@ -316,6 +353,7 @@ impl Registry {
         slot.table_oid.store(0, Ordering::Relaxed);
         slot.error_seq.store(0, Ordering::Relaxed);
         slot.refill_requested.store(false, Ordering::Relaxed);
+        slot.lane.store(WorkerKey::LOCAL, Ordering::Relaxed);
         slot.active.store(true, Ordering::Release);
         Lookup::Found { index, generation }
     }
@@ -346,25 +384,25 @@ impl Registry {
         self.slots().any(|(_, slot)| slot.is_active_in(database))
     }
 
-    /// A refill worker for `database` exited before it attached: frees its
-    /// starting entry and stores `error` in every slot of the database, so
-    /// that waiting callers report it instead of a timeout.
-    pub fn worker_start_failed(&self, database: u32, error: &StoredError) {
+    /// The refill worker `key` exited before it attached: frees its
+    /// starting entry and stores `error` in every slot of its lane, so that
+    /// waiting callers report it instead of a timeout.
+    pub fn worker_start_failed(&self, key: WorkerKey, error: &StoredError) {
         let exclusive = self.lock(true);
-        if let Some(i) = self.worker_index_locked(database) {
+        if let Some(i) = self.worker_index_locked(key) {
             let entry = self.worker(i);
             if entry.state.load(Ordering::Relaxed) == WORKER_STARTING {
                 entry.state.store(WORKER_NONE, Ordering::SeqCst);
             }
         }
         for (_, slot) in self.slots() {
-            if slot.is_active_in(database) {
+            if slot.is_served_by(key) {
                 slot.set_error(&exclusive, error);
             }
         }
         drop(exclusive);
         for (_, slot) in self.slots() {
-            if slot.is_active_in(database) {
+            if slot.is_served_by(key) {
                 slot.broadcast();
             }
         }
@@ -395,20 +433,19 @@ impl Registry {
 
     // ---- workers ----------------------------------------------------------
 
-    fn worker_index_locked(&self, database: u32) -> Option<usize> {
+    fn worker_index_locked(&self, key: WorkerKey) -> Option<usize> {
         (0..self.max_tags).find(|&i| {
             let entry = self.worker(i);
-            entry.state.load(Ordering::Acquire) != WORKER_NONE
-                && entry.database.load(Ordering::Acquire) == database
+            entry.state.load(Ordering::Acquire) != WORKER_NONE && entry.key() == key
         })
     }
 
-    /// Sets the running worker's latch for `database`; returns false when
-    /// none is running or starting (the caller should `claim_worker_start`).
-    pub fn wake_worker(&self, database: u32) -> bool {
+    /// Sets the latch of worker `key` if it runs; returns false when it
+    /// neither runs nor starts (the caller should `claim_worker_start`).
+    pub fn wake_worker(&self, key: WorkerKey) -> bool {
         for i in 0..self.max_tags {
             let entry = self.worker(i);
-            if entry.database.load(Ordering::Acquire) != database {
+            if entry.key() != key {
                 continue;
             }
             match entry.state.load(Ordering::SeqCst) {
@@ -434,11 +471,11 @@ impl Registry {
         false
     }
 
-    /// Marks a worker for `database` as starting, if none is running or
-    /// starting; returns whether the caller must now register it.
-    pub fn claim_worker_start(&self, database: u32) -> bool {
+    /// Marks worker `key` as starting, if it neither runs nor starts;
+    /// returns whether the caller must now register it.
+    pub fn claim_worker_start(&self, key: WorkerKey) -> bool {
         let _exclusive = self.lock(true);
-        if let Some(i) = self.worker_index_locked(database) {
+        if let Some(i) = self.worker_index_locked(key) {
             let entry = self.worker(i);
             let stale = entry.state.load(Ordering::Relaxed) == WORKER_STARTING
                 && now_ms() - entry.started_at_ms.load(Ordering::Relaxed) >= WORKER_START_GRACE_MS;
@@ -454,7 +491,7 @@ impl Registry {
             return false;
         };
         let entry = self.worker(i);
-        entry.database.store(database, Ordering::Release);
+        entry.set_key(key);
         entry.pid.store(0, Ordering::Relaxed);
         entry.latch.store(null_mut(), Ordering::Relaxed);
         entry.started_at_ms.store(now_ms(), Ordering::Relaxed);
@@ -463,9 +500,9 @@ impl Registry {
     }
 
     /// Undoes `claim_worker_start` after the registration failed.
-    pub fn abandon_worker_start(&self, database: u32) {
+    pub fn abandon_worker_start(&self, key: WorkerKey) {
         let _exclusive = self.lock(true);
-        if let Some(i) = self.worker_index_locked(database) {
+        if let Some(i) = self.worker_index_locked(key) {
             let entry = self.worker(i);
             if entry.state.load(Ordering::Relaxed) == WORKER_STARTING {
                 entry.state.store(WORKER_NONE, Ordering::SeqCst);
@@ -473,11 +510,11 @@ impl Registry {
         }
     }
 
-    /// Called by a starting worker: takes over its database's entry.
-    /// Returns false if another worker already serves the database.
-    pub fn worker_attach(&self, database: u32, pid: i32, latch: *mut pg_sys::Latch) -> bool {
+    /// Called by a starting worker: takes over its entry. Returns false if
+    /// another worker already serves the same database and lane.
+    pub fn worker_attach(&self, key: WorkerKey, pid: i32, latch: *mut pg_sys::Latch) -> bool {
         let _exclusive = self.lock(true);
-        let index = match self.worker_index_locked(database) {
+        let index = match self.worker_index_locked(key) {
             Some(i) => {
                 let entry = self.worker(i);
                 if entry.state.load(Ordering::Relaxed) == WORKER_RUNNING
@@ -495,7 +532,7 @@ impl Registry {
             },
         };
         let entry = self.worker(index);
-        entry.database.store(database, Ordering::Release);
+        entry.set_key(key);
         entry.pid.store(pid, Ordering::Relaxed);
         entry.latch.store(latch, Ordering::Release);
         entry.state.store(WORKER_RUNNING, Ordering::SeqCst);
@@ -506,10 +543,10 @@ impl Registry {
     /// refill was asked for in the meantime (a caller that saw the entry
     /// still running and only set the latch), returns true: the worker
     /// should carry on instead (it has re-attached).
-    pub fn worker_detach(&self, database: u32, pid: i32, latch: *mut pg_sys::Latch) -> bool {
+    pub fn worker_detach(&self, key: WorkerKey, pid: i32, latch: *mut pg_sys::Latch) -> bool {
         {
             let _exclusive = self.lock(true);
-            if let Some(i) = self.worker_index_locked(database) {
+            if let Some(i) = self.worker_index_locked(key) {
                 let entry = self.worker(i);
                 if entry.pid.load(Ordering::Relaxed) == pid {
                     entry.latch.store(null_mut(), Ordering::Release);
@@ -520,38 +557,51 @@ impl Registry {
         // Pairs with the caller's `refill_requested` store followed by its
         // SeqCst read of the entry state: one of the two sees the other.
         let pending = self.slots().any(|(_, slot)| {
-            slot.is_active_in(database) && slot.refill_requested.load(Ordering::SeqCst)
+            slot.is_served_by(key) && slot.refill_requested.load(Ordering::SeqCst)
         });
-        pending && self.worker_attach(database, pid, latch)
+        pending && self.worker_attach(key, pid, latch)
     }
 
     /// Clears the entry of a worker that is exiting for any reason.
-    pub fn worker_gone(&self, database: u32, pid: i32) {
+    pub fn worker_gone(&self, key: WorkerKey, pid: i32) {
         let _exclusive = self.lock(true);
         for i in 0..self.max_tags {
             let entry = self.worker(i);
-            if entry.database.load(Ordering::Relaxed) == database
-                && entry.pid.load(Ordering::Relaxed) == pid
-            {
+            if entry.key() == key && entry.pid.load(Ordering::Relaxed) == pid {
                 entry.latch.store(null_mut(), Ordering::Release);
                 entry.state.store(WORKER_NONE, Ordering::SeqCst);
             }
         }
     }
 
-    /// `(database, pid, state)` of every worker entry in use.
-    pub fn workers(&self) -> Vec<(u32, i32, u32)> {
+    /// `(key, pid, state)` of every worker entry in use.
+    pub fn workers(&self) -> Vec<(WorkerKey, i32, u32)> {
         (0..self.max_tags)
             .map(|i| self.worker(i))
             .filter(|e| e.state.load(Ordering::Acquire) != WORKER_NONE)
             .map(|e| {
                 (
-                    e.database.load(Ordering::Relaxed),
+                    e.key(),
                     e.pid.load(Ordering::Relaxed),
                     e.state.load(Ordering::Relaxed),
                 )
             })
             .collect()
+    }
+}
+
+impl WorkerEntry {
+    fn key(&self) -> WorkerKey {
+        WorkerKey {
+            database: self.database.load(Ordering::Acquire),
+            lane: self.lane.load(Ordering::Acquire),
+        }
+    }
+
+    /// Under the registry lock, exclusive.
+    fn set_key(&self, key: WorkerKey) {
+        self.database.store(key.database, Ordering::Release);
+        self.lane.store(key.lane, Ordering::Release);
     }
 }
 
@@ -572,6 +622,23 @@ impl Slot {
         self.active.store(false, Ordering::Release);
         self.chain.discard();
         self.broadcast();
+    }
+
+    /// Whether worker `key` refills this slot (no lock: the lane may
+    /// change under a caller, which then asks the worker of the new lane).
+    pub fn is_served_by(&self, key: WorkerKey) -> bool {
+        self.is_active_in(key.database) && self.lane() == key.lane
+    }
+
+    /// The lane of the worker that refills this slot.
+    pub fn lane(&self) -> u32 {
+        self.lane.load(Ordering::SeqCst)
+    }
+
+    /// Hands the slot to another lane's worker (called by the worker that
+    /// found the tag served elsewhere; the caller then asks that worker).
+    pub fn set_lane(&self, lane: u32) {
+        self.lane.store(lane, Ordering::SeqCst);
     }
 
     pub fn is_active_in(&self, database: u32) -> bool {

@@ -26,7 +26,7 @@
 
 use super::chain::Taken;
 use super::created_here;
-use super::registry::{registry_or_raise, Lookup, Registry, Slot};
+use super::registry::{registry_or_raise, Lookup, Registry, Slot, WorkerKey};
 use super::tag::{check_tag, current_table_oid, row_state, RowState};
 use super::worker;
 use crate::catalog::{database_exists, my_database};
@@ -185,13 +185,14 @@ fn resolve(registry: &Registry, tag: &[u8], table_oid: u32) -> Source {
     Source::Slot { index, generation }
 }
 
-/// Asks the database's worker for the next range of a slot.
+/// Asks the worker of the slot's lane for its next range.
 fn request_refill(registry: &Registry, index: usize) -> Result<(), IdgenError> {
-    registry
-        .slot(index)
-        .refill_requested
-        .store(true, Ordering::SeqCst);
-    worker::ensure_running(my_database())
+    let slot = registry.slot(index);
+    slot.refill_requested.store(true, Ordering::SeqCst);
+    worker::ensure_running(WorkerKey {
+        database: my_database(),
+        lane: slot.lane(),
+    })
 }
 
 /// Takes from shared memory by this backend, of any tag: a set-returning

@@ -3,7 +3,7 @@
 //! for its identity and error text; the chain and counters are atomics, so
 //! a row is exact field by field, not as one snapshot.
 
-use super::registry::{registry_or_raise, WORKER_RUNNING};
+use super::registry::{registry_or_raise, WorkerKey, WORKER_RUNNING};
 use crate::catalog::database_name;
 use pgrx::prelude::*;
 use std::sync::atomic::Ordering;
@@ -58,9 +58,13 @@ fn segment_status_rows() -> TableIterator<
         let remaining = chain.current_len - chain.current_used;
         let refills = stats.refills.load(Ordering::Relaxed);
         let last_refill_at = stats.last_refill_at.load(Ordering::Relaxed);
+        let serving = WorkerKey {
+            database,
+            lane: slot.lane(),
+        };
         let worker_pid = workers
             .iter()
-            .find(|(db, _, state)| *db == database && *state == WORKER_RUNNING)
+            .find(|(key, _, state)| *key == serving && *state == WORKER_RUNNING)
             .map(|(_, pid, _)| *pid);
         rows.push((
             database_name(database),

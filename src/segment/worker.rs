@@ -1,6 +1,12 @@
-//! The per-database refill worker: a dynamic background worker, started on
-//! demand by the first call that needs a range, that keeps every tag of its
-//! database stocked and leaves when idle.
+//! The refill workers: dynamic background workers, started on demand by
+//! the first call that needs a range, that keep the tags of their database
+//! stocked and leave when idle. A database has one for its local tags and
+//! one per central server its attached tags draw from (a lane,
+//! `registry::WorkerKey`): a central server that is slow, locked or cut
+//! off holds up only its own lane's worker, never the local tags or
+//! another central server's. A slot starts in the local lane; the worker
+//! that finds its tag attached to a central server hands it to that
+//! server's lane (and back, should it be created locally again).
 //!
 //! Each pass looks at the database's slots, updates each tag's demand and
 //! safe distance (`policy::Prefetcher`), and for every slot below its
@@ -30,13 +36,13 @@
 
 use super::distributor::{self, Granted};
 use super::policy::{self, Prefetcher, RefillProblem};
-use super::registry::{registry, Registry, Slot, SlotIdentity};
+use super::registry::{registry, Registry, Slot, SlotIdentity, WorkerKey};
 use crate::bgworker;
 use crate::catalog::database_name;
 use crate::errors::{refill_problem_report, IdgenError, StoredError};
 use crate::failpoints::failpoint;
 use crate::gucs;
-use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder};
+use pgrx::bgworkers::BackgroundWorkerBuilder;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use pgrx::PgLogLevel;
@@ -65,26 +71,34 @@ const MAX_SERIALIZATION_RETRIES: u32 = 50;
 /// Set once this process has attached to its database's worker entry.
 static ATTACHED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-/// Registers a refill worker for `database` unless one is running or
-/// starting. Called by backends that need a range.
-pub fn ensure_running(database: u32) -> Result<(), IdgenError> {
+/// Registers refill worker `key` unless it is running or starting.
+/// Called by backends that need a range, and by a worker handing a slot to
+/// another lane.
+pub fn ensure_running(key: WorkerKey) -> Result<(), IdgenError> {
     let Some(registry) = registry() else {
         return Err(IdgenError::NotPreloaded);
     };
-    if registry.wake_worker(database) || !registry.claim_worker_start(database) {
+    if registry.wake_worker(key) || !registry.claim_worker_start(key) {
         return Ok(());
     }
-    let started = BackgroundWorkerBuilder::new(&format!("{WORKER_TYPE} for database {database}"))
+    let name = match key.lane {
+        WorkerKey::LOCAL => format!("{WORKER_TYPE} for database {}", key.database),
+        server => format!(
+            "{WORKER_TYPE} for database {}, server {server}",
+            key.database
+        ),
+    };
+    let started = BackgroundWorkerBuilder::new(&name)
         .set_type(WORKER_TYPE)
         .set_library("pg_idgen")
         .set_function("pg_idgen_refill_worker_main")
-        .set_argument(Some(pg_sys::Datum::from(database)))
+        .set_argument(Some(key.to_datum()))
         .enable_spi_access()
         .set_restart_time(None)
         .load_dynamic();
     if started.is_err() {
-        registry.abandon_worker_start(database);
-        let database = database_name(database);
+        registry.abandon_worker_start(key);
+        let database = database_name(key.database);
         return Err(IdgenError::WorkerNotStarted { database });
     }
     Ok(())
@@ -94,14 +108,15 @@ pub fn ensure_running(database: u32) -> Result<(), IdgenError> {
 #[pg_guard]
 #[unsafe(no_mangle)]
 pub extern "C-unwind" fn pg_idgen_refill_worker_main(arg: pg_sys::Datum) {
-    let database = arg.value() as u32;
+    let key = WorkerKey::from_datum(arg);
+    let database = key.database;
     bgworker::attach_signal_handlers();
     let Some(registry) = registry() else { return };
     // SAFETY: MyProcPid and MyLatch are set for every started process.
     let (pid, latch) = unsafe { (pg_sys::MyProcPid, pg_sys::MyLatch) };
     // SAFETY: the callback only touches shared memory; registered before
     // connecting, so a FATAL while connecting still clears the entry.
-    unsafe { pg_sys::before_shmem_exit(Some(on_exit), pg_sys::Datum::from(database)) };
+    unsafe { pg_sys::before_shmem_exit(Some(on_exit), key.to_datum()) };
     failpoint("worker-start");
     // SAFETY: a registered background worker that asked for a database
     // connection; BYPASS_ALLOWCONN lets it serve the sessions still
@@ -113,7 +128,7 @@ pub extern "C-unwind" fn pg_idgen_refill_worker_main(arg: pg_sys::Datum) {
             pg_sys::BGWORKER_BYPASS_ALLOWCONN,
         )
     };
-    if !registry.worker_attach(database, pid, latch) {
+    if !registry.worker_attach(key, pid, latch) {
         // Another worker serves this database: not a failed start.
         ATTACHED.store(true, Ordering::Relaxed);
         return;
@@ -123,7 +138,7 @@ pub extern "C-unwind" fn pg_idgen_refill_worker_main(arg: pg_sys::Datum) {
     let mut memory = WorkerMemory::default();
     loop {
         bgworker::reload_if_asked();
-        if refill_pass(registry, database, &mut memory) {
+        if refill_pass(registry, key, &mut memory) {
             last_work = Instant::now();
         }
         if database_needed_exclusively(database) {
@@ -131,13 +146,13 @@ pub extern "C-unwind" fn pg_idgen_refill_worker_main(arg: pg_sys::Datum) {
         }
         let idle_for = Duration::from_secs(gucs::WORKER_IDLE_TIMEOUT_S.get() as u64);
         if last_work.elapsed() >= idle_for {
-            if registry.worker_detach(database, pid, latch) {
+            if registry.worker_detach(key, pid, latch) {
                 last_work = Instant::now();
                 continue;
             }
             return;
         }
-        if !BackgroundWorker::wait_latch(Some(PASS_INTERVAL)) {
+        if !bgworker::wait(PASS_INTERVAL) {
             break; // SIGTERM or postmaster death
         }
     }
@@ -146,18 +161,19 @@ pub extern "C-unwind" fn pg_idgen_refill_worker_main(arg: pg_sys::Datum) {
 #[pg_guard]
 unsafe extern "C-unwind" fn on_exit(_code: i32, arg: pg_sys::Datum) {
     let Some(registry) = registry() else { return };
-    let database = arg.value() as u32;
+    let key = WorkerKey::from_datum(arg);
     if !ATTACHED.load(Ordering::Relaxed) {
         // It died before it could serve (its error is in the server log):
         // tell the callers now instead of letting them time out.
+        let database = key.database;
         registry.worker_start_failed(
-            database,
+            key,
             &IdgenError::WorkerExitedWhileStarting { database }.stored(),
         );
         return;
     }
     // SAFETY: MyProcPid is set in every process.
-    registry.worker_gone(database, unsafe { pg_sys::MyProcPid });
+    registry.worker_gone(key, unsafe { pg_sys::MyProcPid });
 }
 
 /// What the worker remembers between passes: each tag's demand (by slot
@@ -201,12 +217,14 @@ enum Refilled {
     Gone,
     /// The slot was freed or reassigned while the refill ran.
     Superseded,
+    /// The tag's source is another lane's: the slot was handed to it.
+    HandedOver,
 }
 
-/// One look at every slot of the database; returns whether there was work
-/// (a range published, or a caller asking) — failures alone are not work,
-/// so a worker whose tags all fail still goes idle and leaves.
-fn refill_pass(registry: &Registry, database: u32, memory: &mut WorkerMemory) -> bool {
+/// One look at every slot of the worker's lane; returns whether there was
+/// work (a range published, or a caller asking) — failures alone are not
+/// work, so a worker whose tags all fail still goes idle and leaves.
+fn refill_pass(registry: &Registry, worker: WorkerKey, memory: &mut WorkerMemory) -> bool {
     let percent = gucs::PREFETCH_PERCENT.get() as u32;
     let max_ahead = gucs::MAX_IDS_AHEAD.get() as u64;
     let now_ms = super::registry::now_ms();
@@ -219,13 +237,19 @@ fn refill_pass(registry: &Registry, database: u32, memory: &mut WorkerMemory) ->
     memory.remote.retain(live);
     let remote_horizon_ms = gucs::REMOTE_CACHE_AHEAD_S.get() as u64 * 1000;
     for (index, slot) in registry.slots() {
+        if bgworker::shutdown_requested() {
+            break;
+        }
         let identity = {
             let shared = registry.lock(false);
             slot.identity(&shared)
         };
-        let Some(identity) = identity.filter(|id| id.database == database) else {
+        let Some(identity) = identity.filter(|id| id.database == worker.database) else {
             continue;
         };
+        if slot.lane() != worker.lane {
+            continue;
+        }
         let key = (index, identity.generation);
         let prefetcher = memory.prefetchers.entry(key).or_default();
         let status = slot.status();
@@ -263,9 +287,9 @@ fn refill_pass(registry: &Registry, database: u32, memory: &mut WorkerMemory) ->
         failpoint("worker-before-refill");
         match refill(
             registry,
-            index,
-            slot,
+            (index, slot),
             &identity,
+            worker.lane,
             steps,
             percent,
             &mut memory.logged,
@@ -285,7 +309,7 @@ fn refill_pass(registry: &Registry, database: u32, memory: &mut WorkerMemory) ->
                     .backoff
                     .insert(key, Backoff::after_failure(previous, now_ms));
             }
-            Refilled::Gone | Refilled::Superseded => {}
+            Refilled::Gone | Refilled::Superseded | Refilled::HandedOver => {}
         }
     }
     worked
@@ -300,6 +324,8 @@ struct Attempt<'a> {
     generation: u64,
     tag: &'a str,
     steps: u64,
+    /// The lane of the worker running it.
+    lane: u32,
     /// `pg_idgen.prefetch_percent`: where the range's prefetch mark sits.
     percent: u32,
     started: Instant,
@@ -321,7 +347,11 @@ enum RangeTake {
 /// REPEATABLE READ): it is taken again in a new transaction.
 fn take_range(attempt: &Attempt<'_>, bound_table: u32, handed_out: Option<i64>) -> RangeTake {
     let Attempt {
-        slot, tag, steps, ..
+        slot,
+        tag,
+        steps,
+        lane,
+        ..
     } = *attempt;
     let mut serialization_failures = 0;
     loop {
@@ -329,7 +359,7 @@ fn take_range(attempt: &Attempt<'_>, bound_table: u32, handed_out: Option<i64>) 
         // on (the commit included) is reported as the central server's.
         let mut central = None;
         let outcome = bgworker::in_transaction(gucs::REMOTE_TIMEOUT_MS.get(), || {
-            distributor::take_range(tag, steps, bound_table, handed_out, &mut central)
+            distributor::take_range(tag, steps, lane, bound_table, handed_out, &mut central)
         });
         return match outcome {
             Err(e)
@@ -386,6 +416,7 @@ fn publish(registry: &Registry, attempt: &Attempt<'_>, granted: &Granted) -> Pub
         steps,
         percent,
         started,
+        ..
     } = *attempt;
     let exclusive = registry.lock(true);
     if slot.generation.load(Ordering::Acquire) != generation {
@@ -431,9 +462,9 @@ fn publish(registry: &Registry, attempt: &Attempt<'_>, granted: &Granted) -> Pub
 /// error for its callers.
 fn refill(
     registry: &Registry,
-    index: usize,
-    slot: &Slot,
+    (index, slot): (usize, &Slot),
     identity: &SlotIdentity,
+    lane: u32,
     steps: u64,
     percent: u32,
     logged: &mut HashMap<usize, String>,
@@ -443,6 +474,7 @@ fn refill(
         generation: identity.generation,
         tag: &identity.tag,
         steps,
+        lane,
         percent,
         started: Instant::now(),
     };
@@ -480,6 +512,21 @@ fn refill(
             Publish::Superseded => return Refilled::Superseded,
             Publish::Refused(error) => error,
         },
+        RangeTake::Problem(RefillProblem::ServedByAnotherLane { lane }) => {
+            // The other lane's worker takes it from here; a caller's
+            // request goes with it. Set the lane first: a caller that
+            // asks meanwhile wakes the new lane's worker.
+            slot.set_lane(lane);
+            slot.refill_requested.store(true, Ordering::SeqCst);
+            let to = WorkerKey {
+                database: identity.database,
+                lane,
+            };
+            match ensure_running(to) {
+                Ok(()) => return Refilled::HandedOver,
+                Err(e) => e.stored(),
+            }
+        }
         RangeTake::Problem(problem) if problem.source_is_gone() => {
             // Tell the callers waiting now, then free the slot: nothing is
             // left to refill it from.

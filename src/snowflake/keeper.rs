@@ -156,7 +156,7 @@ pub extern "C-unwind" fn pg_idgen_snowflake_keeper_main(_arg: pg_sys::Datum) {
     loop {
         bgworker::reload_if_asked();
         keeper.step();
-        if !BackgroundWorker::wait_latch(Some(KEEPER_INTERVAL)) {
+        if !bgworker::wait(KEEPER_INTERVAL) {
             break;
         }
     }

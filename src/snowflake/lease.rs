@@ -50,9 +50,13 @@
 //!
 //! 1. **Read** all rows (`read_sql`); `LeaseWatch::observe` notes, per row,
 //!    the monotonic instant its current version was first seen.
-//! 2. **Choose** (`LeaseWatch::choose`): the previous id if it is free, this
-//!    server's own, or expired; else a row this server holds (a restart);
-//!    else the lowest free or expired id; else wait.
+//! 2. **Choose** (`LeaseWatch::choose`): the previous id if it is free,
+//!    this start's own, or expired; else a row this start holds (a reply
+//!    that was lost); else the lowest free or expired id; else wait. A
+//!    holder is the server's name and a token of the keeper's start
+//!    (`holder_of_this_start`): a row an earlier start left (a crash) is
+//!    waited out like anyone's, and a live server given the same name
+//!    (a clone) is left alone and reported (`LeaseWatch::namesakes`).
 //! 3. **Claim** (`claim_sql`): CAS on the version read. 0 rows: someone
 //!    else won — read again. The claimer starts above the row's
 //!    `floor_unix_ms` as read (the CAS proves the row did not change since).
@@ -95,9 +99,8 @@
 //! claimer's CAS succeeds only on the version it read, so the floor it read
 //! covers every ceiling any earlier holder used, and it issues only times
 //! above it (`Held::claimed`). This holds with any wall clocks,
-//! and even when two live servers wrongly share a holder name (each claim
-//! starts above the other's ceiling; they only take the row from each
-//! other). The floor is a Unix time; the `layout` check makes all servers
+//! and even when two live servers wrongly share a holder name (their
+//! tokens differ, so each keeps to its own rows). The floor is a Unix time; the `layout` check makes all servers
 //! sharing the table use one epoch and one set of bit widths, without
 //! which one machine id could give the same ID at two different times.
 //!
@@ -322,7 +325,9 @@ impl fmt::Display for LeaseError {
             } => write!(
                 f,
                 "machine id {machine_id} was leased{} under the layout \"{theirs}\", this server uses \"{ours}\": \
-                 every server sharing the lease table needs the same epoch and bit widths",
+                 every server sharing the lease table needs the same epoch and bit widths (to change them \
+                 for all, stop every server, then clear the rows' layouts as the README's \"Changing the \
+                 layout under leases\" shows)",
                 holder
                     .as_ref()
                     .map_or(String::new(), |h| format!(" by {h:?}"))
@@ -332,6 +337,29 @@ impl fmt::Display for LeaseError {
 }
 
 impl std::error::Error for LeaseError {}
+
+/// What a keeper writes as its rows' holder: the server's name
+/// (`pg_idgen.lease_holder`, or host, port and data directory) and a
+/// token drawn at each start of the keeper. A row is this start's own only
+/// with both, so a row left by an earlier start (a crash) is not taken
+/// back while it may still look held, and two live servers given one name
+/// — cloned machines, a standby copied with its settings — never take
+/// rows from each other; each sees the other's rows renewed under its
+/// name (`LeaseWatch::namesakes`) and says so.
+pub fn holder_of_this_start(name: &str, token: u32) -> String {
+    format!("{name} #{token:08x}")
+}
+
+/// The name part of a holder `holder_of_this_start` wrote; a holder
+/// without a token (written by pg_idgen 0.2.0) is all name.
+pub fn holder_name(holder: &str) -> &str {
+    match holder.rsplit_once(" #") {
+        Some((name, token)) if token.len() == 8 && token.chars().all(|c| c.is_ascii_hexdigit()) => {
+            name
+        }
+        _ => holder,
+    }
+}
 
 /// A lease holder's name: the server's identity in the table. It must be
 /// unique among live servers for the *timing* promise (the IDs stay unique
@@ -528,6 +556,7 @@ fn grant(settings: &LeaseSettings, written: &Written) -> Option<(i64, i64)> {
 /// Who is claiming: this server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Claimant<'a> {
+    /// This start's holder (`holder_of_this_start`).
     pub holder: &'a str,
     /// The id this server held last, if it remembers one.
     pub previous_machine_id: Option<i32>,
@@ -535,6 +564,10 @@ pub struct Claimant<'a> {
     pub layout: &'a str,
     /// The largest machine id of its layout.
     pub max_machine_id: i32,
+    /// Ids not to claim now: their row was locked on the central server at
+    /// this server's last try (a session holds it), so the claim would
+    /// only fail again.
+    pub avoid: &'a [i32],
 }
 
 /// Why a row may be claimed.
@@ -542,7 +575,8 @@ pub struct Claimant<'a> {
 pub enum ClaimReason {
     /// Never held, or given up.
     Free,
-    /// Held under this server's name: a restart.
+    /// Held by this start of this server (its renewal's reply was lost,
+    /// or it lost the lease and its row still names it).
     Own,
     /// Its version has not changed for the holder's `lease_ms`.
     Expired,
@@ -647,8 +681,35 @@ impl LeaseWatch {
         }
     }
 
+    /// The rows in range that another live server holds under this
+    /// server's name: held by another start (`holder_of_this_start`) and
+    /// seen renewing. Two servers given one name, or a clone.
+    pub fn namesakes(&self, me: &Claimant, now_mono_ms: i64) -> Vec<i32> {
+        let my_name = holder_name(me.holder);
+        self.rows
+            .range(0..=me.max_machine_id)
+            .map(|(_, watched)| watched)
+            .filter(|w| {
+                w.row
+                    .holder
+                    .as_deref()
+                    .is_some_and(|h| h != me.holder && holder_name(h) == my_name)
+            })
+            .filter(|w| {
+                matches!(
+                    self.state(w, me, now_mono_ms),
+                    RowState::Held {
+                        seen_renewing: true,
+                        ..
+                    }
+                )
+            })
+            .map(|w| w.row.machine_id)
+            .collect()
+    }
+
     /// Which row to claim at `now_mono_ms`: the previous id if claimable;
-    /// else the lowest row held under this server's name; else the lowest
+    /// else the lowest row this start holds; else the lowest
     /// free or expired one; else wait for the earliest a held row can
     /// expire. Refuses a table with no rows, one where every row is held
     /// by a server seen renewing, and rows of another layout.
@@ -681,22 +742,26 @@ impl LeaseWatch {
                 reason,
             }))
         };
+        let avoided = |w: &&Watched| me.avoid.contains(&w.row.machine_id);
         if let Some(previous) = me
             .previous_machine_id
-            .filter(|id| (0..=me.max_machine_id).contains(id))
+            .filter(|id| (0..=me.max_machine_id).contains(id) && !me.avoid.contains(id))
             .and_then(|id| self.rows.get(&id))
         {
             if let RowState::Claimable(reason) = self.state(previous, me, now_mono_ms) {
                 return take(previous, reason);
             }
         }
-        if let Some(own) = in_range().find(|w| w.row.holder.as_deref() == Some(me.holder)) {
+        if let Some(own) = in_range()
+            .filter(|w| !avoided(w))
+            .find(|w| w.row.holder.as_deref() == Some(me.holder))
+        {
             return take(own, ClaimReason::Own);
         }
         // Nothing claimable: every row in range (there is one) is held.
         let mut earliest = i64::MAX;
         let mut all_seen_renewing = true;
-        for watched in in_range() {
+        for watched in in_range().filter(|w| !avoided(w)) {
             match self.state(watched, me, now_mono_ms) {
                 RowState::Claimable(reason) => return take(watched, reason),
                 RowState::Held {
@@ -756,6 +821,7 @@ mod tests {
             previous_machine_id: previous,
             layout: LAYOUT,
             max_machine_id,
+            avoid: &[],
         }
     }
 
@@ -1101,7 +1167,9 @@ mod tests {
             err.to_string(),
             "machine id 2 was leased by \"other\" under the layout \"epoch_ms 0 layout 41 10 12\", \
              this server uses \"epoch_ms 1735689600000 layout 41 10 12\": every server sharing \
-             the lease table needs the same epoch and bit widths"
+             the lease table needs the same epoch and bit widths (to change them for all, stop every \
+             server, then clear the rows' layouts as the README's \"Changing the layout under \
+             leases\" shows)"
         );
     }
 
@@ -1118,17 +1186,21 @@ mod tests {
             (claim.machine_id, claim.version, claim.reason),
             (5, 3, ClaimReason::Free)
         );
-        // Still held under this server's name (a crash): taken back at once.
+        // Still held by this start (its renewal's reply was lost): taken
+        // back at once, found by its holder even with no previous id.
         let row = central.rows.get_mut(&5).unwrap();
-        row.holder = Some("a".into());
+        row.holder = Some("a #00000001".into());
         row.floor_unix_ms = Some(WALL + 24_000);
         watch.observe(central.read(7), 10);
-        let claim = chosen(&watch, &me("a", Some(5), 7), 10);
+        let claim = chosen(&watch, &me("a #00000001", Some(5), 7), 10);
         assert_eq!((claim.machine_id, claim.reason), (5, ClaimReason::Own));
         assert_eq!(claim.floor_unix_ms, Some(WALL + 24_000));
-        // Without the previous id remembered, the name finds it.
-        let claim = chosen(&watch, &me("a", None, 7), 10);
+        let claim = chosen(&watch, &me("a #00000001", None, 7), 10);
         assert_eq!((claim.machine_id, claim.reason), (5, ClaimReason::Own));
+        // Held by an earlier start of this server (a crash) — or by a live
+        // namesake: not taken while it may be held; the lowest free id.
+        let claim = chosen(&watch, &me("a #00000002", Some(5), 7), 10);
+        assert_eq!((claim.machine_id, claim.reason), (0, ClaimReason::Free));
         // Held by another server, seen just now: the lowest free id instead.
         central.rows.get_mut(&5).unwrap().holder = Some("b".into());
         let mut watch = LeaseWatch::new();
@@ -1143,6 +1215,68 @@ mod tests {
         // A previous id beyond this server's layout is not taken.
         let claim = chosen(&watch, &me("a", Some(5), 3), 1_000 + s.duration_ms);
         assert_eq!(claim.machine_id, 0);
+    }
+
+    #[test]
+    fn a_row_locked_at_the_last_try_is_passed_over_even_when_it_is_the_previous_one() {
+        let mut central = Central::seeded(3);
+        let mut watch = LeaseWatch::new();
+        central.rows.get_mut(&2).unwrap().holder = Some("a #00000001".into());
+        watch.observe(central.read(3), 0);
+        let mut a = me("a #00000001", Some(2), 3);
+        assert_eq!(chosen(&watch, &a, 0).machine_id, 2);
+        a.avoid = &[2, 0];
+        let claim = chosen(&watch, &a, 0);
+        assert_eq!((claim.machine_id, claim.reason), (1, ClaimReason::Free));
+        // Every id avoided: nothing to take, wait (for the locks to go).
+        a.avoid = &[0, 1, 2, 3];
+        assert!(matches!(
+            watch.choose(&a, 0),
+            Ok(ClaimChoice::WaitUntil { .. }) | Err(LeaseError::AllHeld { .. })
+        ));
+    }
+
+    #[test]
+    fn a_live_namesake_is_left_alone_and_found_once_seen_renewing() {
+        let s = settings();
+        let mut central = Central::seeded(3);
+        let mut watch_a = LeaseWatch::new();
+        let mut watch_b = LeaseWatch::new();
+        let a = me("host:5432:/data #0000000a", None, 3);
+        let b = me("host:5432:/data #0000000b", None, 3);
+        // A claims id 0; B, one name with another token, is not A: it
+        // takes id 1, and neither sees a namesake yet.
+        watch_a.observe(central.read(3), 0);
+        let claim = chosen(&watch_a, &a, 0);
+        let held_a = take(&mut central, &s, &claim, a.holder, 0, 1).unwrap();
+        watch_b.observe(central.read(3), 5);
+        let claim = chosen(&watch_b, &b, 5);
+        assert_eq!((claim.machine_id, claim.reason), (1, ClaimReason::Free));
+        take(&mut central, &s, &claim, b.holder, 5, 6).unwrap();
+        assert!(watch_b.namesakes(&b, 6).is_empty());
+        // A renews; at B's next read A's row has moved: a live namesake.
+        let renewed = central.renew(
+            0,
+            held_a.version,
+            a.holder,
+            s.duration_ms,
+            s.ceiling_unix_ms(WALL),
+        );
+        assert!(renewed.is_some());
+        watch_b.observe(central.read(3), 7_000);
+        assert_eq!(watch_b.namesakes(&b, 7_000), vec![0]);
+        // A sees B's row move the same way; its own row is not a namesake.
+        watch_a.observe(central.read(3), 7_001);
+        let claim = chosen(&watch_b, &b, 7_000);
+        assert_ne!(claim.machine_id, 0);
+        central.rows.get_mut(&1).unwrap().version += 1;
+        watch_a.observe(central.read(3), 14_000);
+        assert_eq!(watch_a.namesakes(&a, 14_000), vec![1]);
+        // A row of another name, or left by a 0.2.0 keeper, is no namesake.
+        assert_eq!(holder_name("host:5432:/data #0000000a"), "host:5432:/data");
+        assert_eq!(holder_name("host:5432:/data"), "host:5432:/data");
+        assert_eq!(holder_name("a #xyz"), "a #xyz");
+        assert_eq!(holder_of_this_start("h", 0xbeef), "h #0000beef");
     }
 
     #[test]

@@ -14,7 +14,13 @@
 //!   changed (no row, or 40001 through postgres_fdw) means the lease is
 //!   lost: the generators stop at once and the keeper claims again. One
 //!   that fails (the central server unreachable) changes nothing: the
-//!   generators stop by themselves at the deadline.
+//!   generators stop by themselves at the deadline, after which the lease
+//!   is over and the keeper claims again. A row a session holds locked on
+//!   the central server (the pinned `lock_timeout` fails the claim or
+//!   renewal with 55P03) is passed over for a lease duration: the keeper
+//!   claims another free id.
+//! * After each renewal it reads the table again, to tell a live server
+//!   holding rows under its name (`lease::LeaseWatch::namesakes`).
 //! * At shutdown (SIGTERM) the generators stop, then the row is given up
 //!   with the ceiling as its floor, so the id is free at once.
 //! * Seeding: the rows `0 ..= lease::leased_max_machine_id(layout)` (at
@@ -37,8 +43,8 @@ use super::clock::{mono_now_ms, now_unix_ms};
 use super::config::{lease_holder, lease_settings, setting_text};
 use super::generator::Generator;
 use super::lease::{
-    leased_max_machine_id, needs_seeding, read_sql, seed_sql, Claim, ClaimChoice, Claimant, Held,
-    LeaseRow, LeaseSettings, LeaseWatch, Written,
+    holder_name, holder_of_this_start, leased_max_machine_id, needs_seeding, read_sql, seed_sql,
+    Claim, ClaimChoice, Claimant, Held, LeaseRow, LeaseSettings, LeaseWatch, Written,
 };
 use super::shared::{snowflake, Snowflake};
 use crate::bgworker;
@@ -90,10 +96,25 @@ enum Outcome<T> {
     Failed(StoredError),
 }
 
+/// How long the give-up at shutdown may take at most (less if
+/// `pg_idgen.remote_timeout` is shorter), its connection cut included
+/// (`bgworker::CUT_AFTER_TIMEOUT_MS` later): a fast shutdown on a dead
+/// network must not wait for it. A row not given up expires after the
+/// lease, as a crashed holder's does.
+const GIVE_UP_TIMEOUT_MS: i32 = 1000;
+
 /// Runs `body` in a transaction of its own, bounded by
 /// `pg_idgen.remote_timeout`; a body that returns `None` matched nothing.
 fn run<T>(body: impl FnOnce() -> Result<Option<T>, pgrx::spi::Error>) -> Outcome<T> {
-    match bgworker::in_transaction(gucs::REMOTE_TIMEOUT_MS.get(), body) {
+    run_within(gucs::REMOTE_TIMEOUT_MS.get(), body)
+}
+
+/// `run`, bounded by `timeout_ms`.
+fn run_within<T>(
+    timeout_ms: i32,
+    body: impl FnOnce() -> Result<Option<T>, pgrx::spi::Error>,
+) -> Outcome<T> {
+    match bgworker::in_transaction(timeout_ms, body) {
         Ok(Ok(Some(value))) => Outcome::Done(value),
         Ok(Ok(None)) => Outcome::NoMatch,
         Ok(Err(e)) => Outcome::Failed(StoredError {
@@ -106,6 +127,12 @@ fn run<T>(body: impl FnOnce() -> Result<Option<T>, pgrx::spi::Error>) -> Outcome
         }
         Err(e) => Outcome::Failed(e),
     }
+}
+
+/// Whether a remote statement failed on a locked row (55P03: the central
+/// session's pinned `lock_timeout`).
+fn row_locked(e: &StoredError) -> bool {
+    e.sqlstate == PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE as i32
 }
 
 /// Entry point, named in `bgw_function_name`.
@@ -136,7 +163,7 @@ pub extern "C-unwind" fn pg_idgen_lease_keeper_main(_arg: pg_sys::Datum) {
     let mut keeper = Keeper {
         state,
         settings,
-        holder: lease_holder(),
+        holder: holder_of_this_start(&lease_holder(), start_token()),
         layout_text: {
             let l = state.main.layout();
             format!(
@@ -150,14 +177,14 @@ pub extern "C-unwind" fn pg_idgen_lease_keeper_main(_arg: pg_sys::Datum) {
         held: None,
         previous: None,
         seeded: false,
+        avoid: Vec::new(),
     };
     loop {
         if bgworker::reload_if_asked() {
             keeper.reread_settings();
         }
         let sleep_ms = keeper.step().clamp(MIN_SLEEP_MS, MAX_SLEEP_MS);
-        if BackgroundWorker::sigterm_received()
-            || !BackgroundWorker::wait_latch(Some(Duration::from_millis(sleep_ms as u64)))
+        if bgworker::shutdown_requested() || !bgworker::wait(Duration::from_millis(sleep_ms as u64))
         {
             keeper.give_up();
             // Exit code 1: the postmaster starts the keeper again (after
@@ -168,9 +195,25 @@ pub extern "C-unwind" fn pg_idgen_lease_keeper_main(_arg: pg_sys::Datum) {
     }
 }
 
+/// A token for this start of the keeper (`lease::holder_of_this_start`):
+/// random, so that two servers with one name draw different ones.
+fn start_token() -> u32 {
+    let mut bytes = [0u8; 4];
+    // SAFETY: fills the buffer it is given; on failure (no entropy
+    // source) the process id and the time stand in.
+    let random = unsafe { pg_sys::pg_strong_random(bytes.as_mut_ptr().cast(), bytes.len()) };
+    if random {
+        u32::from_ne_bytes(bytes)
+    } else {
+        // SAFETY: plain reads of this process's id and the clock.
+        unsafe { (pg_sys::MyProcPid as u32) ^ (pg_sys::GetCurrentTimestamp() as u32) }
+    }
+}
+
 struct Keeper {
     state: &'static Snowflake,
     settings: LeaseSettings,
+    /// This start's holder: the server's name and a token.
     holder: String,
     layout_text: String,
     max_machine: i32,
@@ -182,6 +225,9 @@ struct Keeper {
     /// The last read found every row `0 ..= max_machine`; until then each
     /// read seeds the missing ones first.
     seeded: bool,
+    /// Ids whose row was locked on the central server at the last try,
+    /// and until when (monotonic ms) not to try them again.
+    avoid: Vec<(i32, i64)>,
 }
 
 impl Keeper {
@@ -372,11 +418,13 @@ impl Keeper {
             return READ_AGAIN_MS;
         }
         self.watch.observe(rows, mono_now_ms());
+        let avoid = self.avoided_now();
         let claimant = Claimant {
             holder: &self.holder,
             previous_machine_id: self.previous,
             layout: &self.layout_text,
             max_machine_id: self.max_machine,
+            avoid: &avoid,
         };
         let claim: Claim = match self.watch.choose(&claimant, mono_now_ms()) {
             Ok(ClaimChoice::Take(claim)) => claim,
@@ -403,11 +451,34 @@ impl Keeper {
                 0
             }
             Outcome::NoMatch => 0, // someone else won: read again
+            Outcome::Failed(e) if row_locked(&e) => {
+                self.avoid_for_a_lease(claim.machine_id);
+                self.problem(&format!(
+                    "the row of machine id {} is locked on the central server ({}); claiming another id",
+                    claim.machine_id, e.message
+                ));
+                READ_AGAIN_MS
+            }
             Outcome::Failed(e) => {
                 self.problem(&e.message);
                 RETRY_MS
             }
         }
+    }
+
+    /// The ids not to claim now (forgetting those whose time is up).
+    fn avoided_now(&mut self) -> Vec<i32> {
+        let now = mono_now_ms();
+        self.avoid.retain(|&(_, until)| until > now);
+        self.avoid.iter().map(|&(id, _)| id).collect()
+    }
+
+    /// Passes `machine_id` over for one lease duration: a session holds
+    /// its row locked on the central server.
+    fn avoid_for_a_lease(&mut self, machine_id: i32) {
+        let until = mono_now_ms() + self.settings.duration_ms;
+        self.avoid.retain(|&(id, _)| id != machine_id);
+        self.avoid.push((machine_id, until));
     }
 
     fn renew(&mut self, table: &str, held: &Held) -> i64 {
@@ -418,7 +489,15 @@ impl Keeper {
                 self.apply(&renewed, false);
                 self.held = Some(renewed);
                 self.state.lease.renewals.fetch_add(1, Ordering::Relaxed);
-                self.state.lease.problem.set("");
+                match self.look_for_namesakes(table) {
+                    Some(text) => {
+                        if self.state.lease.problem.get() != text {
+                            pgrx::warning!("pg_idgen lease keeper: {text}");
+                        }
+                        self.state.lease.problem.set(&text);
+                    }
+                    None => self.state.lease.problem.set(""),
+                }
                 0
             }
             Outcome::NoMatch => {
@@ -430,6 +509,21 @@ impl Keeper {
                 self.held = None;
                 0
             }
+            Outcome::Failed(e) if mono_now_ms() >= held.stop_at_mono_ms => {
+                // The deadline passed (the generators stopped by
+                // themselves): the lease is over. Claim again — another id
+                // if a session holds this one's row locked.
+                self.stop();
+                self.held = None;
+                if row_locked(&e) {
+                    self.avoid_for_a_lease(held.machine_id);
+                }
+                self.problem(&format!(
+                    "the lease of machine id {} ran out, no renewal got through: {}",
+                    held.machine_id, e.message
+                ));
+                0
+            }
             Outcome::Failed(e) => {
                 // Nothing changes: the generators stop by themselves at the
                 // deadline if no renewal succeeds before it.
@@ -437,6 +531,34 @@ impl Keeper {
                 (self.settings.renew_after_ms() / RENEW_RETRY_DIVISOR).max(RENEW_RETRY_MIN_MS)
             }
         }
+    }
+
+    /// After a renewal: reads the rows again; what to say if another live
+    /// server holds some under this server's name. Each of the two says
+    /// it: their rows are renewed under each other's eyes.
+    fn look_for_namesakes(&mut self, table: &str) -> Option<String> {
+        let rows = match self.read_rows(table) {
+            Outcome::Done(rows) => rows,
+            // The next renewal looks again.
+            Outcome::NoMatch | Outcome::Failed(_) => return None,
+        };
+        self.watch.observe(rows, mono_now_ms());
+        let me = Claimant {
+            holder: &self.holder,
+            previous_machine_id: self.previous,
+            layout: &self.layout_text,
+            max_machine_id: self.max_machine,
+            avoid: &[],
+        };
+        let namesakes = self.watch.namesakes(&me, mono_now_ms());
+        if namesakes.is_empty() {
+            return None;
+        }
+        let name = holder_name(&self.holder);
+        Some(format!(
+            "another live server leases machine id(s) {namesakes:?} under this server's name \"{name}\" (this server holds machine id {}): a clone of this server, or two servers given one pg_idgen.lease_holder; the machine ids stay distinct, but give each server its own name (set pg_idgen.lease_holder, or leave it empty for host:port:data directory)",
+            self.previous.unwrap_or(-1)
+        ))
     }
 
     /// Tells both generators what the lease allows.
@@ -495,7 +617,8 @@ impl Keeper {
         let floor = held
             .give_up_floor_unix_ms(Some(last_issued.min(held.ceiling_unix_ms)))
             .unwrap_or(held.ceiling_unix_ms);
-        let _ = run(|| {
+        let timeout_ms = gucs::REMOTE_TIMEOUT_MS.get().min(GIVE_UP_TIMEOUT_MS);
+        let _ = run_within(timeout_ms, || {
             Spi::connect_mut(|client| {
                 let rows = client.update(
                     &sql,

@@ -277,7 +277,7 @@ def standby_of(primary, make_cluster, conf=(), env=None):
     on a socket of its own; `env` for its server (e.g. faketime_env)."""
     standby = make_cluster(conf=conf)
     shutil.rmtree(standby.data)
-    primary.client("pg_basebackup", "-D", standby.data, "-R", "-X", "stream")
+    primary.client("pg_basebackup", "-c", "fast", "-D", standby.data, "-R", "-X", "stream")
     subprocess.run(["chown", "-R", "postgres:postgres", standby.data], check=True)
     standby.append_conf(f"unix_socket_directories = '{standby.dir}'", "hot_standby = on")
     standby.start(extra_env=env)

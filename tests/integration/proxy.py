@@ -18,9 +18,9 @@ then b"FETCH"); at the frame that contains the last one, the link freezes:
 A frozen link passes nothing in either direction, FIN included, as a
 network that stopped would; the other connections go on. With
 `dead_network()`, new connections are held too, before they reach the
-server. `release()` cuts every frozen or held connection (both sockets
-closed, as a link reset) and lets new ones through again. `fired` is set
-when the rule froze a link."""
+server; `freeze_all()` freezes every open link as well. `release()` cuts
+every frozen or held connection (both sockets closed, as a link reset)
+and lets new ones through again. `fired` is set when the rule froze a link."""
 
 import socket
 import struct
@@ -57,6 +57,10 @@ class _Link:
             return
         try:
             self.server = socket.create_connection(("127.0.0.1", self.proxy.upstream_port))
+            # As libpq and the server do: a frame forwarded alone must not
+            # wait for the ACK of the one before (Nagle and delayed ACKs
+            # would add 40 ms to every round trip).
+            self.server.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         except OSError:
             self.client.close()
             return
@@ -157,6 +161,7 @@ class LinkProxy:
         self._released = threading.Event()
         self._dead = threading.Event()
         self._frozen = []
+        self._links = []
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._listener.bind(("127.0.0.1", 0))
@@ -168,9 +173,13 @@ class LinkProxy:
         while True:
             try:
                 client, _ = self._listener.accept()
+                client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             except OSError:
                 return
-            threading.Thread(target=_Link(self, client).run, daemon=True).start()
+            link = _Link(self, client)
+            with self._rule_lock:
+                self._links.append(link)
+            threading.Thread(target=link.run, daemon=True).start()
 
     def freeze_after(self, *patterns, moment="request"):
         assert moment in ("hold", "request", "reply") and patterns
@@ -183,6 +192,15 @@ class LinkProxy:
         """From now on, new connections are held before the server."""
         self._released.clear()
         self._dead.set()
+
+    def freeze_all(self):
+        """The network stops: every link passes nothing from now on, and
+        new connections are held."""
+        self.dead_network()
+        with self._rule_lock:
+            links = list(self._links)
+        for link in links:
+            link.frozen.set()
 
     def _match(self, frame):
         with self._rule_lock:
@@ -209,6 +227,8 @@ class LinkProxy:
         with self._rule_lock:
             self._rule = None
             frozen, self._frozen = self._frozen, []
+            frozen += [link for link in self._links if link.frozen.is_set()]
+            self._links = [link for link in self._links if not link.frozen.is_set()]
         self._released.set()
         for link in frozen:
             link._close()

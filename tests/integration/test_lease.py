@@ -373,3 +373,205 @@ def _issue_until_refused(server, into, timeout=60):
             return e
         time.sleep(0.05)
     return None
+
+
+def test_two_live_servers_given_one_holder_name_keep_their_own_ids_and_both_are_told(make_cluster):
+    """Two servers with one pg_idgen.lease_holder (cloned machines, or a
+    standby copied with its settings) lease at once. Each start writes its
+    own token with the name, so neither takes the other's row: both hold
+    distinct machine ids and issue all along (before, they took the row
+    from each other at every renewal and issued almost nothing), and each
+    says in lease_problem, once it has seen the other's row renewed, that
+    another live server uses its name."""
+    central = central_server(make_cluster)
+    same = ("pg_idgen.lease_holder = 'app-server'",)
+    a = leased_server(make_cluster, central, conf=same)
+    b = leased_server(make_cluster, central, conf=same)
+    for server in (a, b):
+        assert wait_for(lambda: holds_lease(server), timeout=60), lease_of(server)
+    ids = {a: [], b: []}
+    told = "another live server leases machine id(s)"
+    deadline = time.monotonic() + 120
+    while not all(told in (lease_of(s)[3] or "") for s in (a, b)):
+        assert time.monotonic() < deadline, (lease_of(a), lease_of(b))
+        for server in (a, b):
+            # A refusal would mean the lease was taken away.
+            ids[server] += draw_snowflakes(server, 1000, dbname=server_db(server))
+        time.sleep(0.2)
+    for server in (a, b):
+        assert "app-server" in lease_of(server)[3]
+    # Renewals went on all along: a few more seconds of issuing, no refusal.
+    until = time.monotonic() + 5
+    while time.monotonic() < until:
+        for server in (a, b):
+            ids[server] += draw_snowflakes(server, 1000, dbname=server_db(server))
+    assert machine_of(a, ids[a]).isdisjoint(machine_of(b, ids[b]))
+    assert lease_of(a)[0] != lease_of(b)[0]
+    assert_unique(ids[a] + ids[b])
+    holders = [r[0] for r in central.sql(
+        "SELECT holder FROM idgen_machine_lease WHERE holder IS NOT NULL ORDER BY machine_id")]
+    assert len(holders) == 2 and all(h.startswith("app-server #") for h in holders), holders
+
+
+def test_a_fast_stop_on_a_dead_network_takes_seconds(make_cluster):
+    """A server whose lease keeper and refill worker both reach the central
+    server (on 127.0.0.1) through a proxy: a refill's link freezes with the
+    row's FETCH sent, then every connection is held (a network that
+    stopped). pg_ctl stop -m fast returns within seconds: SIGTERM cuts the
+    connections of a worker's transaction in flight (before, the keeper
+    and the worker ignored it inside postgres_fdw, and the stop waited for
+    postgres_fdw's cancel on the dead link)."""
+    [port] = free_ports(1)
+    central = central_server(make_cluster, tcp_port=port)
+    central.sql("CREATE TABLE id_segment (biz_tag varchar(64) PRIMARY KEY, max_id bigint NOT NULL, "
+                "step int NOT NULL, version bigint NOT NULL DEFAULT 0, updated_at timestamptz)")
+    central.sql("INSERT INTO id_segment (biz_tag, max_id, step) VALUES ('orders', 0, 10)")
+    done = central.client("psql", "-v", "ON_ERROR_STOP=1", "-q", "-d", "postgres", "-f",
+                          os.path.join(os.path.dirname(__file__), "..", "..", "examples", "sharding",
+                                       "central_by_hand.sql"), check=False)
+    assert done.returncode == 0, done.stderr
+    proxy = LinkProxy(port)
+    try:
+        server = leased_server(make_cluster, central, via=proxy,
+                               conf=("pg_idgen.remote_timeout = '1min'",))
+        assert wait_for(lambda: holds_lease(server), timeout=60), lease_of(server)
+        server.sql("SELECT segment_attach('orders', 'central')")
+        with server.connect() as conn:
+            conn.execute("SELECT count(segment_nextval('orders')) FROM generate_series(1, 100)")
+        proxy.freeze_after(b"FOR UPDATE", b"FETCH", moment="request")
+
+        def want_orders():
+            try:
+                with server.connect() as conn:
+                    conn.execute("SELECT count(segment_nextval('orders')) FROM generate_series(1, 100000)")
+            except psycopg.Error:
+                pass   # the stop ends it
+
+        threading.Thread(target=want_orders, daemon=True).start()
+        assert proxy.fired.wait(120), "no refill reached the central row"
+        proxy.dead_network()
+        # The keeper's next renewal hangs on the dead network too.
+        time.sleep(3)
+        started = time.monotonic()
+        server.stop("fast")
+        took = time.monotonic() - started
+        assert not os.path.exists(os.path.join(server.data, "postmaster.pid")), "the server did not stop"
+        # Before, the stop waited for the cancel on the held link, for good.
+        assert took < 20, f"pg_ctl stop -m fast took {took:.1f} s"
+        assert "terminated by signal" not in server.log()
+    finally:
+        proxy.close()
+
+
+def test_a_holder_whose_row_a_session_keeps_locked_claims_another_id(make_cluster):
+    """A session on the central server locks the holder's row and keeps
+    its transaction open (longer than the lease). The pinned lock_timeout
+    fails every renewal with 55P03; once the lease runs out the holder
+    claims another free id instead of retrying the locked one for good
+    (before, it never issued again while the lock lasted), and issues
+    above everything it issued before."""
+    central = central_server(make_cluster)
+    a = leased_server(make_cluster, central)
+    assert wait_for(lambda: holds_lease(a), timeout=60), lease_of(a)
+    first = lease_of(a)[0]
+    ids = draw_snowflakes(a, 10_000, dbname=server_db(a))
+    with central.connect(autocommit=False) as locker:
+        locker.execute("SELECT * FROM idgen_machine_lease WHERE machine_id = %s FOR UPDATE", (first,))
+        assert wait_for(lambda: holds_lease(a) and lease_of(a)[0] != first, timeout=60), lease_of(a)
+        again = []
+        assert wait_for(lambda: _issued_into(a, again), timeout=60, interval=0.2), lease_of(a)
+        assert machine_of(a, again) == {lease_of(a)[0]}
+        locker.rollback()
+    assert min(again) > max(ids)
+    assert_unique(ids + again)
+
+
+def test_a_layout_change_for_every_server_sharing_the_table_follows_the_readme(make_cluster):
+    """Two servers lease under the default layout and issue. One restarts
+    with 12 machine bits and 10 sequence bits: it gets no lease, and the
+    refusal names both layouts and the procedure. The README's procedure —
+    stop every server, clear the layouts with every floor raised to the
+    largest, start them with the new layout — gives both a lease, and
+    every new ID is above every old one, none repeated."""
+    central = central_server(make_cluster)
+    servers = [leased_server(make_cluster, central) for _ in range(2)]
+    old = []
+    for server in servers:
+        assert wait_for(lambda: holds_lease(server), timeout=60), lease_of(server)
+        old += draw_snowflakes(server, 20_000, dbname=server_db(server))
+    new_layout = ("pg_idgen.snowflake_machine_bits = 12", "pg_idgen.snowflake_sequence_bits = 10")
+    first = servers[0]
+    first.append_conf(*new_layout)
+    first.restart()
+    refused = _issue_until_refused(first, [], timeout=5)
+    assert refused is not None and refused.sqlstate == "55000", refused
+    assert "under the layout" in str(refused) and "Changing the layout under leases" in str(refused)
+
+    for server in servers:
+        server.stop()
+    central.sql("UPDATE idgen_machine_lease SET layout = NULL, holder = NULL, lease_until = NULL, "
+                "version = version + 1, "
+                "floor_unix_ms = (SELECT max(floor_unix_ms) FROM idgen_machine_lease)")
+    servers[1].append_conf(*new_layout)
+    new = []
+    for server in servers:
+        server.start()
+        assert wait_for(lambda: holds_lease(server), timeout=60), lease_of(server)
+        got = []
+        assert wait_for(lambda: _issued_into(server, got), timeout=60, interval=0.2), lease_of(server)
+        new += got + draw_snowflakes(server, 20_000, dbname=server_db(server))
+    assert min(new) > max(old)
+    assert_unique(old + new)
+
+
+def test_a_lease_table_restored_from_an_older_dump_repeats_nothing_after_the_readme_recovery(
+        make_cluster, tmp_path):
+    """One machine id. Holder A issues; the lease table is dumped; A
+    issues on, its renewals raising the row's floor; then A is cut off
+    (its link dead), and the table is restored from the dump — its floor
+    from before A's later IDs. The README's recovery: A, kept away, stops
+    issuing within its lease; its WAL-logged mark's time raises every
+    floor. Successor B, its clock 30 s behind, then takes the id and
+    issues above every ID of A (without the raise it would start above
+    the dump's stale floor, among A's later IDs)."""
+    narrow = ("pg_idgen.snowflake_machine_bits = 0", "pg_idgen.snowflake_sequence_bits = 22")
+    [port] = free_ports(1)
+    central = central_server(make_cluster, tcp_port=port)
+    proxy = LinkProxy(port)
+    try:
+        a = leased_server(make_cluster, central, conf=narrow, via=proxy)
+        assert wait_for(lambda: holds_lease(a), timeout=60), lease_of(a)
+        a_ids = draw_snowflakes(a, 10_000, dbname=server_db(a))
+        dump = tmp_path / "lease.sql"
+        central.client("pg_dump", "-d", "postgres", "-t", "idgen_machine_lease", "--clean", "-f", str(dump))
+        (dumped_floor,), = central.sql("SELECT floor_unix_ms FROM idgen_machine_lease")
+        # A issues on until its renewals have moved the floor well past
+        # the dump's.
+        while central.sql("SELECT floor_unix_ms FROM idgen_machine_lease")[0][0] < dumped_floor + 15_000:
+            a_ids += draw_snowflakes(a, 10_000, dbname=server_db(a))
+            time.sleep(0.2)
+        proxy.freeze_all()
+        refused = _issue_until_refused(a, a_ids)   # A's lease runs out
+        assert refused is not None and refused.sqlstate == "55000", refused
+        restored = central.client("psql", "-v", "ON_ERROR_STOP=1", "-q", "-d", "postgres", "-f", str(dump),
+                                  check=False)
+        assert restored.returncode == 0, restored.stderr
+        assert central.sql("SELECT floor_unix_ms FROM idgen_machine_lease") == [(dumped_floor,)]
+        # The recovery: A's mark (no ID of A is above it), as Unix ms.
+        (mark_ms,), = a.sql(
+            "SELECT (extract(epoch FROM greatest(d.ts, j.ts)) * 1000)::bigint "
+            "FROM snowflake_high_water h, snowflake_parse(greatest(h.default_high_id, 0)) d, "
+            "snowflake_js_parse(greatest(h.javascript_high_id, 0)) j")
+        central.sql("UPDATE idgen_machine_lease SET floor_unix_ms = greatest(coalesce(floor_unix_ms, 0), %s), "
+                    "version = version + 1", (mark_ms,))
+        b = leased_server(make_cluster, central, conf=(*narrow, "pg_idgen.snowflake_max_lead = '60s'"),
+                          start=False)
+        start_leased(b, central, env=faketime_env(-30))
+        assert wait_for(lambda: holds_lease(b), timeout=60), lease_of(b)
+        b_ids = []
+        assert wait_for(lambda: _issued_into(b, b_ids), timeout=60, interval=0.2), lease_of(b)
+        b_ids += draw_snowflakes(b, 20_000, dbname=server_db(b))
+        assert min(b_ids) > max(a_ids)
+        assert_unique(a_ids + b_ids)
+    finally:
+        proxy.close()

@@ -602,9 +602,9 @@ def test_a_central_server_that_lost_other_shards_ranges_is_refused_by_a_shard_th
     successor = make_cluster()
     shutil.rmtree(successor.data)
     if how == "failover":
-        central.client("pg_basebackup", "-D", successor.data, "-R", "-X", "stream")
+        central.client("pg_basebackup", "-c", "fast", "-D", successor.data, "-R", "-X", "stream")
     else:
-        central.client("pg_basebackup", "-D", successor.data, "-X", "stream")
+        central.client("pg_basebackup", "-c", "fast", "-D", successor.data, "-X", "stream")
     subprocess.run(["chown", "-R", "postgres:postgres", successor.data], check=True)
     successor.append_conf(f"unix_socket_directories = '{successor.dir}'")
     if how == "failover":
@@ -615,7 +615,11 @@ def test_a_central_server_that_lost_other_shards_ranges_is_refused_by_a_shard_th
         successor.stop()   # misses everything from here on
     else:
         (target,), = central.sql("SELECT pg_current_wal_lsn()::text")
-    drawn += draw_plain(a, a_db, "orders", 20_000)
+    # A draws until it has taken ranges the successor will not have (its
+    # cache alone could serve the first draws).
+    kept = central_max_id(central, central_db)
+    while central_max_id(central, central_db) <= kept:
+        drawn += draw_plain(a, a_db, "orders", 5_000)
     lost_up_to = central_max_id(central, central_db)
     if how == "pitr":
         central.sql("SELECT pg_switch_wal()")
@@ -1115,3 +1119,76 @@ def test_a_refill_failing_on_the_central_server_names_it_and_the_fix(make_cluste
     assert wait_for(lambda: _drew(shard, db, drawn), timeout=60, interval=0.5)
     assert_unique(drawn)
 
+
+def test_a_frozen_central_server_delays_no_local_tag_and_no_other_central_servers_tags(make_cluster):
+    """One shard database draws three tags: a local one, 'orders' from
+    central server A (reached on 127.0.0.1 through a proxy) and 'parts'
+    from central server B. A's link freezes mid-refill (the row's FETCH
+    sent, nothing back) and every new connection to A is held: the refills
+    of 'orders' hang until their timeout, and postgres_fdw's cancel then
+    hangs too. Each central server has its own refill worker, so the local
+    tag and 'parts' keep getting ranges — many refills' worth, no error —
+    while 'orders' fails; once A's link is cut, 'orders' draws again."""
+    [port] = free_ports(1)
+    central_a = make_cluster(tcp_port=port)
+    central_a.start()
+    a_db = central_a.new_database()
+    central_a.sql("SELECT segment_create('orders', step => 10)", dbname=a_db)
+    proxy = LinkProxy(port)
+    central_b = make_cluster()
+    central_b.start()
+    b_db = central_b.new_database()
+    central_b.sql("SELECT segment_create('parts', step => 10)", dbname=b_db)
+    shard = make_cluster(conf=(*SHARD_CONF, "pg_idgen.machine_id = 1"))
+    shard.start()
+    db = shard.new_database()
+    shard.sql("SELECT segment_create('local', step => 10)", dbname=db)
+    attach(shard, db, central_a, a_db, via=proxy)
+    for statement in [
+        f"CREATE SERVER central_b FOREIGN DATA WRAPPER postgres_fdw OPTIONS (host '{central_b.dir}', "
+        f"port '{central_b.port}', dbname '{b_db}', connect_timeout '2', options '{PINNED}')",
+        "CREATE USER MAPPING FOR CURRENT_USER SERVER central_b OPTIONS (user 'postgres')",
+        "SELECT segment_attach('parts', 'central_b')",
+    ]:
+        shard.sql(statement, dbname=db)
+    drawn = {tag: draw_plain(shard, db, tag, 100) for tag in ("local", "orders", "parts")}
+    orders_errors, stop = [], threading.Event()
+
+    def want_orders():
+        with shard.connect(db) as conn:
+            while not stop.is_set():
+                try:
+                    drawn["orders"] += draw(conn, "orders", 100)
+                except psycopg.Error as e:
+                    orders_errors.append(e)
+                    time.sleep(0.05)
+
+    wanting = threading.Thread(target=want_orders)
+    try:
+        proxy.freeze_after(b"FOR UPDATE", b"FETCH", moment="request")
+        wanting.start()
+        assert proxy.fired.wait(120), "no refill of 'orders' reached the central row"
+        proxy.dead_network()
+        assert wait_for(lambda: orders_errors, timeout=120), "'orders' never ran dry"
+        # At step 10 and with at most 20,000 IDs cached, each of these
+        # takes many refills while A's worker is stuck.
+        for tag in ("local", "parts"):
+            drawn[tag] += draw_plain(shard, db, tag, 100_000)
+        # Three workers serve the database: the local one and one per
+        # central server.
+        workers = shard.sql("SELECT count(*) FROM pg_stat_activity WHERE backend_type = "
+                            "'pg_idgen refill worker' AND datname = current_database()", dbname=db)
+        assert workers == [(3,)], workers
+        proxy.release()
+        again = []
+        assert wait_for(lambda: _drew(shard, db, again), timeout=120, interval=0.2), (
+            "'orders' drew nothing after its link was cut")
+        drawn["orders"] += again
+    finally:
+        stop.set()
+        proxy.close()
+        if wanting.ident is not None:
+            wanting.join()
+    for ids in drawn.values():
+        assert_unique(ids)
+    assert max(drawn["orders"]) <= central_max_id(central_a, a_db)

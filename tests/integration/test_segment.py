@@ -302,7 +302,7 @@ def test_a_hot_standby_refuses_to_hand_out_ids(make_cluster):
     assert primary.sql("SELECT segment_nextval('orders')") == [(1,)]
     standby = make_cluster()
     subprocess.run(["rm", "-rf", standby.data], check=True)
-    primary.client("pg_basebackup", "-D", standby.data, "-R", "-X", "stream")
+    primary.client("pg_basebackup", "-c", "fast", "-D", standby.data, "-R", "-X", "stream")
     subprocess.run(["chown", "-R", "postgres:postgres", standby.data], check=True)
     standby.append_conf(f"unix_socket_directories = '{standby.dir}'", "hot_standby = on")
     standby.start()

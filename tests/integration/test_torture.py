@@ -297,7 +297,7 @@ def test_after_promoting_a_synchronous_standby_no_id_repeats(make_cluster, tortu
     primary.sql("SELECT segment_create('failover', step => 10)")
     standby = make_cluster()
     subprocess.run(["rm", "-rf", standby.data], check=True)
-    primary.client("pg_basebackup", "-D", standby.data, "-R", "-X", "stream", "-d", "application_name=standby1")
+    primary.client("pg_basebackup", "-c", "fast", "-D", standby.data, "-R", "-X", "stream", "-d", "application_name=standby1")
     subprocess.run(["chown", "-R", "postgres:postgres", standby.data], check=True)
     standby.append_conf(f"unix_socket_directories = '{standby.dir}'")
     standby.start()
