@@ -41,7 +41,7 @@ pub fn register() {
     GucRegistry::define_int_guc(
         c"pg_idgen.max_tags",
         c"Maximum number of segment tags (per database) kept in shared memory.",
-        c"Each (database, tag) pair that segment_nextval() has used holds one slot of about 1.6 kB of shared memory until segment_drop() or a restart.",
+        c"Each (database, tag) pair that segment_nextval() has used holds one slot of about 2.7 kB of shared memory until segment_drop() or a restart.",
         &MAX_TAGS,
         16,
         1_000_000,
