@@ -849,7 +849,7 @@ impl IdgenError {
                 "Create it on the central server first (SELECT segment_create({}) there, or INSERT the tag's row into its id_segment), then attach it here.",
                 quote_literal(tag)
             ),
-            IdgenError::NoCentralOrigin { .. } => "Install or update pg_idgen 0.3.0 on the central server, in the database and schema its id_segment is in (CREATE EXTENSION pg_idgen, or ALTER EXTENSION pg_idgen UPDATE); for an id_segment made there by hand, run there the SQL that the README's \"Running the central server\" gives. Then try again.".into(),
+            IdgenError::NoCentralOrigin { .. } => "Install or update pg_idgen 0.3.0 on the central server, in the database and schema its id_segment is in (CREATE EXTENSION pg_idgen, or ALTER EXTENSION pg_idgen UPDATE); for an id_segment made there by hand, run there the SQL of examples/sharding/central_by_hand.sql (linked from the README's \"Many servers\"). Then try again.".into(),
             IdgenError::ForeignTableTaken { .. } => "Drop or rename that relation, then run segment_attach again.".into(),
             IdgenError::BadStep { .. } => "Pass step => a positive integer; the default is 1000.".into(),
             IdgenError::BadStart { .. } => "Pass start => a positive bigint; the default is 1.".into(),

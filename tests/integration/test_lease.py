@@ -34,6 +34,12 @@ def central_server(make_cluster, tcp_port=None):
     return central
 
 
+def central_behind_a_proxy(make_cluster):
+    """A central lease server on 127.0.0.1, and a LinkProxy in front of it."""
+    [port] = free_ports(1)
+    return central_server(make_cluster, tcp_port=port), LinkProxy(port)
+
+
 def leased_server(make_cluster, central, conf=(), env=None, start=True, via=None):
     server = make_cluster(conf=(*LEASE_CONF, *conf))
     if start:
@@ -327,9 +333,7 @@ def test_a_holder_whose_link_froze_before_its_renewal_committed_frees_the_row_in
     the id over (before, the row stayed locked and B got no lease); B's
     IDs are above every ID A issued, and A stops by its deadline."""
     narrow = ("pg_idgen.snowflake_machine_bits = 0", "pg_idgen.snowflake_sequence_bits = 22")
-    [port] = free_ports(1)
-    central = central_server(make_cluster, tcp_port=port)
-    proxy = LinkProxy(port)
+    central, proxy = central_behind_a_proxy(make_cluster)
     try:
         a = leased_server(make_cluster, central, conf=narrow, via=proxy)
         server_db(a)
@@ -421,8 +425,7 @@ def test_a_fast_stop_on_a_dead_network_takes_seconds(make_cluster):
     connections of a worker's transaction in flight (before, the keeper
     and the worker ignored it inside postgres_fdw, and the stop waited for
     postgres_fdw's cancel on the dead link)."""
-    [port] = free_ports(1)
-    central = central_server(make_cluster, tcp_port=port)
+    central, proxy = central_behind_a_proxy(make_cluster)
     central.sql("CREATE TABLE id_segment (biz_tag varchar(64) PRIMARY KEY, max_id bigint NOT NULL, "
                 "step int NOT NULL, version bigint NOT NULL DEFAULT 0, updated_at timestamptz)")
     central.sql("INSERT INTO id_segment (biz_tag, max_id, step) VALUES ('orders', 0, 10)")
@@ -430,7 +433,6 @@ def test_a_fast_stop_on_a_dead_network_takes_seconds(make_cluster):
                           os.path.join(os.path.dirname(__file__), "..", "..", "examples", "sharding",
                                        "central_by_hand.sql"), check=False)
     assert done.returncode == 0, done.stderr
-    proxy = LinkProxy(port)
     try:
         server = leased_server(make_cluster, central, via=proxy,
                                conf=("pg_idgen.remote_timeout = '1min'",))
@@ -535,9 +537,7 @@ def test_a_lease_table_restored_from_an_older_dump_repeats_nothing_after_the_rea
     issues above every ID of A (without the raise it would start above
     the dump's stale floor, among A's later IDs)."""
     narrow = ("pg_idgen.snowflake_machine_bits = 0", "pg_idgen.snowflake_sequence_bits = 22")
-    [port] = free_ports(1)
-    central = central_server(make_cluster, tcp_port=port)
-    proxy = LinkProxy(port)
+    central, proxy = central_behind_a_proxy(make_cluster)
     try:
         a = leased_server(make_cluster, central, conf=narrow, via=proxy)
         assert wait_for(lambda: holds_lease(a), timeout=60), lease_of(a)

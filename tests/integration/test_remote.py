@@ -65,6 +65,17 @@ def central_and_shards(make_cluster, shards=2, step=10, conf=SHARD_CONF):
     return central, central_db, made
 
 
+def central_behind_a_proxy(make_cluster):
+    """A central server on 127.0.0.1 with 'orders' at step 10, and a
+    LinkProxy in front of it for shards to attach through."""
+    [port] = free_ports(1)
+    central = make_cluster(tcp_port=port)
+    central.start()
+    central_db = central.new_database()
+    central.sql("SELECT segment_create('orders', step => 10)", dbname=central_db)
+    return central, central_db, LinkProxy(port)
+
+
 def central_max_id(central, central_db, tag="orders"):
     (max_id,), = central.sql("SELECT max_id FROM id_segment WHERE biz_tag = %s", (tag,),
                              dbname=central_db)
@@ -1013,12 +1024,7 @@ def test_a_link_frozen_mid_refill_stalls_the_other_shard_seconds_and_repeats_not
     gets ranges above everything granted before the freeze; once the link
     is cut, A draws again; no ID of either repeats."""
     patterns, how, holds_row = FROZEN_LINK_MOMENTS[moment]
-    [port] = free_ports(1)
-    central = make_cluster(tcp_port=port)
-    central.start()
-    central_db = central.new_database()
-    central.sql("SELECT segment_create('orders', step => 10)", dbname=central_db)
-    proxy = LinkProxy(port)
+    central, central_db, proxy = central_behind_a_proxy(make_cluster)
     shards = []
     for i, via in enumerate([proxy, None]):
         shard = make_cluster(conf=(*SHARD_CONF, f"pg_idgen.machine_id = {i + 1}"))
@@ -1129,12 +1135,7 @@ def test_a_frozen_central_server_delays_no_local_tag_and_no_other_central_server
     hangs too. Each central server has its own refill worker, so the local
     tag and 'parts' keep getting ranges — many refills' worth, no error —
     while 'orders' fails; once A's link is cut, 'orders' draws again."""
-    [port] = free_ports(1)
-    central_a = make_cluster(tcp_port=port)
-    central_a.start()
-    a_db = central_a.new_database()
-    central_a.sql("SELECT segment_create('orders', step => 10)", dbname=a_db)
-    proxy = LinkProxy(port)
+    central_a, a_db, proxy = central_behind_a_proxy(make_cluster)
     central_b = make_cluster()
     central_b.start()
     b_db = central_b.new_database()
