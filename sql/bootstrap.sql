@@ -85,7 +85,14 @@ SELECT (pg_catalog.pg_control_system()).system_identifier AS system_identifier,
        ('x' OPERATOR(pg_catalog.||) pg_catalog.substr(pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_lsn()), 1, 8))::pg_catalog.bit(32)::pg_catalog.int4::pg_catalog.int8 AS timeline,
        pg_catalog.pg_current_wal_lsn() AS wal_lsn,
        pg_catalog.clock_timestamp() AS clock,
-       (SELECT pg_catalog.max(a.accepted_at) FROM id_segment_origin_accepted a) AS accepted_at;
+       -- The last acceptance, and where the server was then: it counts
+       -- only for that cluster and timeline.
+       (SELECT a.accepted_at FROM id_segment_origin_accepted a
+         ORDER BY a.accepted_at DESC LIMIT 1) AS accepted_at,
+       (SELECT a.system_identifier FROM id_segment_origin_accepted a
+         ORDER BY a.accepted_at DESC LIMIT 1) AS accepted_system_identifier,
+       (SELECT a.timeline FROM id_segment_origin_accepted a
+         ORDER BY a.accepted_at DESC LIMIT 1) AS accepted_timeline;
 COMMENT ON VIEW id_segment_origin IS 'pg_idgen: which cluster this is, its WAL timeline and position, checked by the servers attached to it before every refill';
 GRANT SELECT ON id_segment_origin TO PUBLIC;
 GRANT SELECT ON id_segment_origin_accepted TO PUBLIC;

@@ -81,41 +81,79 @@ ALTER TABLE id_segment_remote
 
 -- Tags attached before 0.3.0: the foreign table over the central server's
 -- id_segment_origin, as segment_attach makes it now (same server, same
--- remote schema, same owner as the tag's foreign table), so that they are
--- fenced from their next refill on. The central server must run 0.3.0 (or
--- have examples/sharding/central_by_hand.sql) by then: until it does, the
+-- remote schema, same owner as the tag's foreign table, the same name
+-- rule as src/segment/ddl.rs: "<schema>.<table>@<server>", cut to 54
+-- bytes and a 32-bit FNV-1a hash when longer than 63), so that they are
+-- fenced from their next refill on. Like segment_attach's, it is not a
+-- member of the extension (pg_dump dumps it, and the origin_table column
+-- that names it). The central server must run 0.3.0 (or have
+-- examples/sharding/central_by_hand.sql) by then: until it does, the
 -- refills fail with 55000 naming the view.
 DO $update$
 DECLARE
     attached record;
+    full_name text;
     origin_name text;
+    hash bigint;
+    byte int;
     origin regclass;
+    usable bool;
 BEGIN
     FOR attached IN
         SELECT r.biz_tag, n.nspname AS here, pg_catalog.pg_get_userbyid(c.relowner) AS owner,
-               s.srvname,
-               (SELECT o.option_value FROM pg_catalog.pg_options_to_table(ft.ftoptions) o
-                 WHERE o.option_name OPERATOR(pg_catalog.=) 'schema_name') AS remote_schema
+               s.oid AS server_oid, s.srvname,
+               -- postgres_fdw's default schema_name: the foreign table's own.
+               pg_catalog.coalesce(
+                   (SELECT o.option_value FROM pg_catalog.pg_options_to_table(ft.ftoptions) o
+                     WHERE o.option_name OPERATOR(pg_catalog.=) 'schema_name'),
+                   n.nspname) AS remote_schema
           FROM @extschema@.id_segment_remote r
           JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) r.foreign_table
           JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
           JOIN pg_catalog.pg_foreign_table ft ON ft.ftrelid OPERATOR(pg_catalog.=) c.oid
           JOIN pg_catalog.pg_foreign_server s ON s.oid OPERATOR(pg_catalog.=) ft.ftserver
     LOOP
-        origin_name := pg_catalog.concat(attached.remote_schema, '.id_segment_origin@', attached.srvname);
-        IF pg_catalog.octet_length(origin_name) > 63 THEN
-            origin_name := pg_catalog.concat(pg_catalog.left(origin_name, 40), '~',
-                                             pg_catalog.left(pg_catalog.md5(origin_name), 8));
+        full_name := pg_catalog.concat(attached.remote_schema, '.id_segment_origin@', attached.srvname);
+        origin_name := full_name;
+        IF pg_catalog.octet_length(full_name) > 63 THEN
+            hash := 2166136261;
+            FOREACH byte IN ARRAY (SELECT pg_catalog.array_agg(pg_catalog.get_byte(b.bytes, i) ORDER BY i)
+                                     FROM (SELECT pg_catalog.convert_to(full_name, 'UTF8') AS bytes) b,
+                                          pg_catalog.generate_series(0, pg_catalog.length(b.bytes) OPERATOR(pg_catalog.-) 1) i)
+            LOOP
+                hash := ((hash OPERATOR(pg_catalog.#) byte) OPERATOR(pg_catalog.*) 16777619)
+                        OPERATOR(pg_catalog.%) 4294967296;
+            END LOOP;
+            origin_name := '';
+            FOR i IN 1 .. pg_catalog.length(full_name) LOOP
+                EXIT WHEN pg_catalog.octet_length(pg_catalog.left(full_name, i)) > 54;
+                origin_name := pg_catalog.left(full_name, i);
+            END LOOP;
+            origin_name := pg_catalog.concat(origin_name, '~', pg_catalog.lpad(pg_catalog.to_hex(hash), 8, '0'));
         END IF;
         origin := pg_catalog.to_regclass(pg_catalog.format('%I.%I', attached.here, origin_name));
         IF origin IS NULL THEN
             EXECUTE pg_catalog.format(
                 'CREATE FOREIGN TABLE %I.%I (system_identifier bigint, timeline bigint, wal_lsn pg_lsn, '
-                'clock timestamptz, accepted_at timestamptz) SERVER %I OPTIONS (schema_name %L, table_name %L)',
+                'clock timestamptz, accepted_at timestamptz, accepted_system_identifier bigint, '
+                'accepted_timeline bigint) SERVER %I OPTIONS (schema_name %L, table_name %L)',
                 attached.here, origin_name, attached.srvname, attached.remote_schema, 'id_segment_origin');
-            EXECUTE pg_catalog.format('ALTER FOREIGN TABLE %I.%I OWNER TO %I',
-                                      attached.here, origin_name, attached.owner);
             origin := pg_catalog.format('%I.%I', attached.here, origin_name)::pg_catalog.regclass;
+            EXECUTE pg_catalog.format('ALTER EXTENSION pg_idgen DROP FOREIGN TABLE %s', origin);
+            EXECUTE pg_catalog.format('ALTER FOREIGN TABLE %s OWNER TO %I', origin, attached.owner);
+        ELSE
+            SELECT ft.ftserver OPERATOR(pg_catalog.=) attached.server_oid
+                   AND ft.ftoptions OPERATOR(pg_catalog.@>)
+                       ARRAY[pg_catalog.concat('schema_name=', attached.remote_schema),
+                             'table_name=id_segment_origin']
+              INTO usable
+              FROM pg_catalog.pg_foreign_table ft WHERE ft.ftrelid OPERATOR(pg_catalog.=) origin;
+            IF usable IS NOT TRUE THEN
+                RAISE EXCEPTION 'relation % already exists and is not a foreign table of server % over %.id_segment_origin',
+                    origin, attached.srvname, attached.remote_schema
+                    USING ERRCODE = 'duplicate_table',
+                          HINT = 'Drop or rename that relation, then run ALTER EXTENSION pg_idgen UPDATE again.';
+            END IF;
         END IF;
         UPDATE @extschema@.id_segment_remote SET origin_table = origin
          WHERE biz_tag OPERATOR(pg_catalog.=) attached.biz_tag;
@@ -151,7 +189,14 @@ SELECT (pg_catalog.pg_control_system()).system_identifier AS system_identifier,
        ('x' OPERATOR(pg_catalog.||) pg_catalog.substr(pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_lsn()), 1, 8))::pg_catalog.bit(32)::pg_catalog.int4::pg_catalog.int8 AS timeline,
        pg_catalog.pg_current_wal_lsn() AS wal_lsn,
        pg_catalog.clock_timestamp() AS clock,
-       (SELECT pg_catalog.max(a.accepted_at) FROM id_segment_origin_accepted a) AS accepted_at;
+       -- The last acceptance, and where the server was then: it counts
+       -- only for that cluster and timeline.
+       (SELECT a.accepted_at FROM id_segment_origin_accepted a
+         ORDER BY a.accepted_at DESC LIMIT 1) AS accepted_at,
+       (SELECT a.system_identifier FROM id_segment_origin_accepted a
+         ORDER BY a.accepted_at DESC LIMIT 1) AS accepted_system_identifier,
+       (SELECT a.timeline FROM id_segment_origin_accepted a
+         ORDER BY a.accepted_at DESC LIMIT 1) AS accepted_timeline;
 COMMENT ON VIEW id_segment_origin IS 'pg_idgen: which cluster this is, its WAL timeline and position, checked by the servers attached to it before every refill';
 GRANT SELECT ON id_segment_origin TO PUBLIC;
 GRANT SELECT ON id_segment_origin_accepted TO PUBLIC;

@@ -92,9 +92,10 @@ unsafe extern "C-unwind" fn on_sigterm(_signal: std::ffi::c_int) {
     if IN_TRANSACTION.load(Ordering::SeqCst) {
         cut_connections();
     }
-    // SAFETY: SetLatch is async-signal-safe; MyLatch is this process's.
+    // SAFETY: SetLatch is async-signal-safe (called straight, not through
+    // pgrx's error-handling wrapper); MyLatch is this process's.
     unsafe {
-        pg_sys::SetLatch(pg_sys::MyLatch);
+        set_latch_in_handler(pg_sys::MyLatch);
         *libc::__errno_location() = saved_errno;
     }
 }
@@ -106,27 +107,36 @@ unsafe extern "C-unwind" fn on_cut_deadline() {
     }
 }
 
-/// Shuts down every stream socket of the process (async-signal-safe).
+/// Shuts down every connected or connecting stream socket of the process
+/// (async-signal-safe). A listening socket is left alone: one inherited
+/// from the postmaster would be shut for the whole server.
 fn cut_connections() {
     for fd in 3..FD_LIMIT.load(Ordering::Relaxed) {
-        let mut kind: libc::c_int = 0;
-        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-        // SAFETY: getsockopt and shutdown are async-signal-safe; a
-        // descriptor that is not a socket fails with ENOTSOCK or EBADF.
-        unsafe {
-            if libc::getsockopt(
-                fd,
-                libc::SOL_SOCKET,
-                libc::SO_TYPE,
-                (&raw mut kind).cast(),
-                &mut len,
-            ) == 0
-                && kind == libc::SOCK_STREAM
-            {
-                libc::shutdown(fd, libc::SHUT_RDWR);
-            }
+        if socket_option(fd, libc::SO_TYPE) == Some(libc::SOCK_STREAM)
+            && socket_option(fd, libc::SO_ACCEPTCONN) == Some(0)
+        {
+            // SAFETY: shutdown is async-signal-safe; fd is a socket.
+            unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
         }
     }
+}
+
+/// An int-valued `SOL_SOCKET` option of `fd`; `None` if it is not a
+/// socket (ENOTSOCK), or not open (EBADF). Async-signal-safe.
+fn socket_option(fd: libc::c_int, option: libc::c_int) -> Option<libc::c_int> {
+    let mut value: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `value`.
+    let done = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            option,
+            (&raw mut value).cast(),
+            &mut len,
+        )
+    };
+    (done == 0).then_some(value)
 }
 
 /// Whether SIGTERM came: the worker should leave.
@@ -173,6 +183,12 @@ const STATEMENT_TIMEOUT: std::ffi::c_int = 3;
 const USER_TIMEOUT: std::ffi::c_int = 12;
 #[cfg(any(feature = "pg17", feature = "pg18"))]
 const USER_TIMEOUT: std::ffi::c_int = 13;
+unsafe extern "C" {
+    /// `SetLatch` itself, for the signal handler: pgrx's `pg_sys::SetLatch`
+    /// wraps every call in its error-handling boundary.
+    #[link_name = "SetLatch"]
+    fn set_latch_in_handler(latch: *mut pg_sys::Latch);
+}
 unsafe extern "C-unwind" {
     fn enable_timeout_after(id: std::ffi::c_int, delay_ms: std::ffi::c_int);
     fn disable_timeout(id: std::ffi::c_int, keep_indicator: bool);

@@ -79,9 +79,15 @@ pub fn table_name_and_owner(table_oid: u32) -> Option<(String, pg_sys::Oid)> {
     }
 }
 
-/// The name of database `oid` (its number if it is gone); needs a
-/// transaction.
+/// The name of database `oid` (its number if it is gone, or outside a
+/// transaction).
 pub fn database_name(oid: u32) -> String {
+    // Outside a transaction (a worker between its transactions) the
+    // catalog cannot be read: the OID stands in.
+    // SAFETY: plain read of the transaction state.
+    if !unsafe { pg_sys::IsTransactionState() } {
+        return oid.to_string();
+    }
     // SAFETY: a syscache look-up inside a transaction; NULL: no such
     // database.
     let name = unsafe { pg_sys::get_database_name(pg_sys::Oid::from(oid)) };

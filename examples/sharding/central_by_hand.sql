@@ -24,7 +24,12 @@ SELECT (pg_catalog.pg_control_system()).system_identifier AS system_identifier,
            ::pg_catalog.bit(32)::pg_catalog.int4::pg_catalog.int8 AS timeline,
        pg_catalog.pg_current_wal_lsn() AS wal_lsn,
        pg_catalog.clock_timestamp() AS clock,
-       (SELECT pg_catalog.max(a.accepted_at) FROM public.id_segment_origin_accepted a) AS accepted_at;
+       (SELECT a.accepted_at FROM public.id_segment_origin_accepted a
+         ORDER BY a.accepted_at DESC LIMIT 1) AS accepted_at,
+       (SELECT a.system_identifier FROM public.id_segment_origin_accepted a
+         ORDER BY a.accepted_at DESC LIMIT 1) AS accepted_system_identifier,
+       (SELECT a.timeline FROM public.id_segment_origin_accepted a
+         ORDER BY a.accepted_at DESC LIMIT 1) AS accepted_timeline;
 
 GRANT SELECT ON public.id_segment_origin, public.id_segment_origin_accepted TO PUBLIC;
 

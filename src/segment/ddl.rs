@@ -383,8 +383,8 @@ const ROW_COLUMNS: &str =
                            version bigint NOT NULL, updated_at timestamptz";
 /// The central server's view of where it is, and its columns.
 const ORIGIN_VIEW: &str = "id_segment_origin";
-const ORIGIN_COLUMNS: &str =
-    "system_identifier bigint, timeline bigint, wal_lsn pg_lsn, clock timestamptz, accepted_at timestamptz";
+const ORIGIN_COLUMNS: &str = "system_identifier bigint, timeline bigint, wal_lsn pg_lsn, clock timestamptz, \
+                              accepted_at timestamptz, accepted_system_identifier bigint, accepted_timeline bigint";
 
 /// The foreign table `"<remote schema>.<remote table>@<server>"` in the
 /// extension's `schema`: made here, or one made before for the same server

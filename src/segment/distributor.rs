@@ -77,7 +77,7 @@
 //! transaction's `search_path` is `pg_catalog, pg_temp`, so no object a user
 //! creates can change what these statements do.
 
-use super::fence::{parse_lsn, refusal, CentralPosition, Lsn, Recorded};
+use super::fence::{parse_lsn, refusal, Acceptance, CentralPosition, Lsn, Recorded};
 use super::policy::{granted_range, plan_range, RefillProblem};
 use super::registry::WorkerKey;
 use crate::catalog::as_owner;
@@ -367,7 +367,7 @@ fn take_remote_range(
                 let view = format!("id_segment_origin (read by foreign table {origin})");
                 read_origin(client, origin, &remote.server, &view)
             })?;
-            if let Some(moved) = refusal(remote.recorded, report.position, report.accepted_at_us) {
+            if let Some(moved) = refusal(remote.recorded, report.position, report.accepted) {
                 return Ok(Err(RefillProblem::CentralMoved {
                     server: remote.server,
                     moved,
@@ -425,10 +425,10 @@ fn take_remote_range(
 /// What a central server's `id_segment_origin` reports.
 pub struct OriginReport {
     pub position: CentralPosition,
-    /// Its clock, and its last `segment_central_accept()`, in microseconds
-    /// since 1970.
+    /// Its clock, in microseconds since 1970.
     pub clock_us: i64,
-    pub accepted_at_us: Option<i64>,
+    /// Its last `segment_central_accept()`, if any.
+    pub accepted: Option<Acceptance>,
 }
 
 /// `read_position`, with a central server that has no `id_segment_origin`
@@ -464,7 +464,8 @@ fn read_position(client: &SpiClient<'_>, origin: &str) -> Result<OriginReport, p
         &format!(
             "SELECT system_identifier, timeline, wal_lsn::pg_catalog.text, \
                     (EXTRACT(epoch FROM clock) OPERATOR(pg_catalog.*) 1000000)::pg_catalog.int8, \
-                    (EXTRACT(epoch FROM accepted_at) OPERATOR(pg_catalog.*) 1000000)::pg_catalog.int8 \
+                    (EXTRACT(epoch FROM accepted_at) OPERATOR(pg_catalog.*) 1000000)::pg_catalog.int8, \
+                    accepted_system_identifier, accepted_timeline \
                FROM {origin}"
         ),
         Some(1),
@@ -486,7 +487,18 @@ fn read_position(client: &SpiClient<'_>, origin: &str) -> Result<OriginReport, p
                 .unwrap_or(0),
         },
         clock_us: row.get::<i64>(4).ok().flatten().unwrap_or(0),
-        accepted_at_us: row.get::<i64>(5).ok().flatten(),
+        accepted: match (
+            row.get::<i64>(5).ok().flatten(),
+            row.get::<i64>(6).ok().flatten(),
+            row.get::<i64>(7).ok().flatten(),
+        ) {
+            (Some(at_us), Some(system_identifier), Some(timeline)) => Some(Acceptance {
+                at_us,
+                system_identifier,
+                timeline,
+            }),
+            _ => None,
+        },
     })
 }
 

@@ -19,11 +19,14 @@
 //!
 //! A change is refused until the DBA has raised the central rows above
 //! what every attached server took and run `segment_central_accept()`
-//! there (README, "Running the central server"). An acceptance counts for
-//! a shard when the central server's clock stamped it later than the
-//! shard's last refill (`id_segment_remote.central_clock`): one made before
-//! the shard's last refill is older than the move, and a restored copy
-//! brings back only acceptances from before it.
+//! there (README, "Running the central server"). The last acceptance
+//! counts for a shard when it was made on the cluster and timeline the
+//! central server is on now, and its clock stamped it later than the
+//! shard's last refill (`id_segment_remote.central_clock`): one made
+//! before the shard's last refill is older than the move (a restored copy
+//! brings back only acceptances from before it), and one made on another
+//! timeline is about another move (an acceptance after a first failover
+//! says nothing about a second one).
 
 use std::fmt;
 
@@ -33,6 +36,15 @@ pub struct CentralPosition {
     pub system_identifier: i64,
     pub timeline: i64,
     pub wal_lsn: u64,
+}
+
+/// The last `segment_central_accept()` on a central server: when (its
+/// clock, in microseconds since 1970), and where it was then.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Acceptance {
+    pub at_us: i64,
+    pub system_identifier: i64,
+    pub timeline: i64,
 }
 
 /// What a shard recorded at its last refill from a central server.
@@ -54,16 +66,23 @@ pub enum Moved {
 /// What keeps a refill from trusting the central server now, if anything:
 /// it moved since `recorded` (`None` before the first refill that records
 /// a position: whatever the server reports is taken), and was not accepted
-/// there since (`accepted_at_us`: its last `segment_central_accept()`).
+/// where it is now since the shard's last refill (`accepted`: its last
+/// `segment_central_accept()`).
 pub fn refusal(
     recorded: Option<Recorded>,
     now: CentralPosition,
-    accepted_at_us: Option<i64>,
+    accepted: Option<Acceptance>,
 ) -> Option<Moved> {
     let recorded = recorded?;
     let moved = moved_since(recorded.position, now)?;
-    match accepted_at_us {
-        Some(accepted) if accepted > recorded.clock_us => None,
+    match accepted {
+        Some(a)
+            if a.system_identifier == now.system_identifier
+                && a.timeline == now.timeline
+                && a.at_us > recorded.clock_us =>
+        {
+            None
+        }
         _ => Some(moved),
     }
 }
@@ -158,16 +177,34 @@ mod tests {
         );
     }
 
+    fn accepted(at_us: i64, system_identifier: i64, timeline: i64) -> Option<Acceptance> {
+        Some(Acceptance {
+            at_us,
+            system_identifier,
+            timeline,
+        })
+    }
+
     #[test]
-    fn a_move_is_refused_until_accepted_after_the_last_refill() {
+    fn a_move_is_refused_until_accepted_there_after_the_last_refill() {
         let last = recorded(at(7, 1, 10), 500);
         let moved = Some(Moved::OtherTimeline { was: 1, now: 2 });
         assert_eq!(refusal(last, at(7, 2, 5), None), moved);
         // An acceptance older than the shard's last refill predates the
         // move (or came back with a restored copy): it does not count.
-        assert_eq!(refusal(last, at(7, 2, 5), Some(400)), moved);
-        assert_eq!(refusal(last, at(7, 2, 5), Some(500)), moved);
-        assert_eq!(refusal(last, at(7, 2, 5), Some(501)), None);
+        assert_eq!(refusal(last, at(7, 2, 5), accepted(400, 7, 2)), moved);
+        assert_eq!(refusal(last, at(7, 2, 5), accepted(500, 7, 2)), moved);
+        assert_eq!(refusal(last, at(7, 2, 5), accepted(501, 7, 2)), None);
+        // One made on another timeline or cluster is about another move:
+        // accepted after a first failover, it says nothing of a second.
+        let third = Some(Moved::OtherTimeline { was: 1, now: 3 });
+        assert_eq!(refusal(last, at(7, 3, 5), accepted(900, 7, 2)), third);
+        assert_eq!(
+            refusal(last, at(8, 1, 5), accepted(900, 7, 1)),
+            Some(Moved::OtherCluster { was: 7, now: 8 })
+        );
+        // A copy put back on the same timeline, accepted after.
+        assert_eq!(refusal(last, at(7, 1, 9), accepted(900, 7, 1)), None);
     }
 
     #[test]

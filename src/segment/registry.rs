@@ -448,7 +448,13 @@ impl Registry {
             if entry.key() != key {
                 continue;
             }
-            match entry.state.load(Ordering::SeqCst) {
+            let state = entry.state.load(Ordering::SeqCst);
+            // Freed and taken for another worker since the key was read:
+            // not ours (the entry's key is set before its state).
+            if entry.key() != key {
+                continue;
+            }
+            match state {
                 WORKER_RUNNING => {
                     let latch = entry.latch.load(Ordering::Acquire);
                     if !latch.is_null() {
@@ -635,10 +641,18 @@ impl Slot {
         self.lane.load(Ordering::SeqCst)
     }
 
-    /// Hands the slot to another lane's worker (called by the worker that
-    /// found the tag served elsewhere; the caller then asks that worker).
-    pub fn set_lane(&self, lane: u32) {
+    /// Hands the slot to another lane's worker, with a request for a
+    /// refill, if it still has `generation` (called by the worker that
+    /// found the tag served elsewhere; the caller then wakes that worker).
+    /// The lane first: a caller that asks meanwhile wakes the new lane's
+    /// worker. False if the slot was freed or reassigned meanwhile.
+    pub fn hand_over(&self, _locked: &Locked<'_>, generation: u64, lane: u32) -> bool {
+        if self.generation.load(Ordering::Acquire) != generation {
+            return false;
+        }
         self.lane.store(lane, Ordering::SeqCst);
+        self.refill_requested.store(true, Ordering::SeqCst);
+        true
     }
 
     pub fn is_active_in(&self, database: u32) -> bool {

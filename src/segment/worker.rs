@@ -364,7 +364,8 @@ fn take_range(attempt: &Attempt<'_>, bound_table: u32, handed_out: Option<i64>) 
         return match outcome {
             Err(e)
                 if e.sqlstate == PgSqlErrorCode::ERRCODE_T_R_SERIALIZATION_FAILURE as i32
-                    && serialization_failures < MAX_SERIALIZATION_RETRIES =>
+                    && serialization_failures < MAX_SERIALIZATION_RETRIES
+                    && !bgworker::shutdown_requested() =>
             {
                 serialization_failures += 1;
                 slot.stats.cas_conflicts.fetch_add(1, Ordering::Relaxed);
@@ -514,10 +515,14 @@ fn refill(
         },
         RangeTake::Problem(RefillProblem::ServedByAnotherLane { lane }) => {
             // The other lane's worker takes it from here; a caller's
-            // request goes with it. Set the lane first: a caller that
-            // asks meanwhile wakes the new lane's worker.
-            slot.set_lane(lane);
-            slot.refill_requested.store(true, Ordering::SeqCst);
+            // request goes with it.
+            let handed = {
+                let exclusive = registry.lock(true);
+                slot.hand_over(&exclusive, generation, lane)
+            };
+            if !handed {
+                return Refilled::Superseded;
+            }
             let to = WorkerKey {
                 database: identity.database,
                 lane,

@@ -270,6 +270,11 @@ pub enum LeaseError {
         max_machine_id: i32,
         retry_at_mono_ms: i64,
     },
+    /// Every id not held is passed over: its row was locked on the central
+    /// server at this server's last try.
+    AllLocked {
+        max_machine_id: i32,
+    },
     /// A row was last held under another epoch or bit widths.
     LayoutMismatch {
         machine_id: i32,
@@ -308,6 +313,10 @@ impl fmt::Display for LeaseError {
             LeaseError::NoRows { max_machine_id } => write!(
                 f,
                 "the machine id lease table has no row for ids 0 to {max_machine_id}: seed it first"
+            ),
+            LeaseError::AllLocked { max_machine_id } => write!(
+                f,
+                "every machine id (0 to {max_machine_id}) is held by another server or was locked on the central server by another session at this server's last try"
             ),
             LeaseError::AllHeld {
                 count,
@@ -773,6 +782,11 @@ impl LeaseWatch {
                 }
             }
         }
+        if in_range().all(|w| avoided(&w)) {
+            return Err(LeaseError::AllLocked {
+                max_machine_id: me.max_machine_id,
+            });
+        }
         if all_seen_renewing {
             return Err(LeaseError::AllHeld {
                 count: in_range().count(),
@@ -1228,12 +1242,12 @@ mod tests {
         a.avoid = &[2, 0];
         let claim = chosen(&watch, &a, 0);
         assert_eq!((claim.machine_id, claim.reason), (1, ClaimReason::Free));
-        // Every id avoided: nothing to take, wait (for the locks to go).
+        // Every id avoided: nothing to take, and the error says why.
         a.avoid = &[0, 1, 2, 3];
-        assert!(matches!(
+        assert_eq!(
             watch.choose(&a, 0),
-            Ok(ClaimChoice::WaitUntil { .. }) | Err(LeaseError::AllHeld { .. })
-        ));
+            Err(LeaseError::AllLocked { max_machine_id: 3 })
+        );
     }
 
     #[test]

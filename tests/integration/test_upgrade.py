@@ -291,6 +291,12 @@ def test_a_tag_attached_under_0_2_0_is_fenced_once_both_servers_update(make_clus
     (origin,), = shard.sql("SELECT origin_table::text FROM id_segment_remote WHERE biz_tag = 'orders'",
                            dbname=db)
     assert origin == '"public.id_segment_origin@central"'
+    # Made as segment_attach makes it: not a member of the extension, so
+    # pg_dump dumps it (and the origin_table value that names it).
+    assert shard.sql("SELECT count(*) FROM pg_depend WHERE objid = %s::regclass AND deptype = 'e'",
+                     (origin,), dbname=db) == [(0,)]
+    dumped = shard.client("pg_dump", "-d", db).stdout
+    assert 'CREATE FOREIGN TABLE public."public.id_segment_origin@central"' in dumped
     with shard.connect(db) as conn:
         with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState) as refused:
             for _ in range(100):
