@@ -103,10 +103,10 @@ BEGIN
         SELECT r.biz_tag, n.nspname AS here, pg_catalog.pg_get_userbyid(c.relowner) AS owner,
                s.oid AS server_oid, s.srvname,
                -- postgres_fdw's default schema_name: the foreign table's own.
-               pg_catalog.coalesce(
+               COALESCE(
                    (SELECT o.option_value FROM pg_catalog.pg_options_to_table(ft.ftoptions) o
                      WHERE o.option_name OPERATOR(pg_catalog.=) 'schema_name'),
-                   n.nspname) AS remote_schema
+                   n.nspname::pg_catalog.text) AS remote_schema
           FROM @extschema@.id_segment_remote r
           JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) r.foreign_table
           JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace

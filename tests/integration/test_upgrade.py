@@ -270,15 +270,22 @@ def test_a_tag_attached_under_0_2_0_is_fenced_once_both_servers_update(make_clus
     assert running_library(central) == running_library(shard) == "0.2.0"
     central_db = central.new_database(extension=False)
     central.sql("CREATE EXTENSION pg_idgen VERSION '0.2.0'", dbname=central_db)
-    central.sql("SELECT segment_create('orders', step => 10)", dbname=central_db)
+    for tag in ("orders", "parts", "more"):
+        central.sql(f"SELECT segment_create('{tag}', step => 10)", dbname=central_db)
     db = shard.new_database(extension=False)
+    # A second server whose origin foreign table's name is cut and hashed.
+    long_name = "central_" + "x" * 50
+    server_options = (f"OPTIONS (host '{central.dir}', port '{central.port}', dbname '{central_db}', "
+                      f"connect_timeout '2', options '{PINNED}')")
     for statement in [
         "CREATE EXTENSION pg_idgen VERSION '0.2.0'",
         "CREATE EXTENSION postgres_fdw",
-        f"CREATE SERVER central FOREIGN DATA WRAPPER postgres_fdw OPTIONS (host '{central.dir}', "
-        f"port '{central.port}', dbname '{central_db}', connect_timeout '2', options '{PINNED}')",
+        f"CREATE SERVER central FOREIGN DATA WRAPPER postgres_fdw {server_options}",
         "CREATE USER MAPPING FOR CURRENT_USER SERVER central OPTIONS (user 'postgres')",
         "SELECT segment_attach('orders', 'central')",
+        f"CREATE SERVER {long_name} FOREIGN DATA WRAPPER postgres_fdw {server_options}",
+        f"CREATE USER MAPPING FOR CURRENT_USER SERVER {long_name} OPTIONS (user 'postgres')",
+        f"SELECT segment_attach('parts', '{long_name}')",
     ]:
         shard.sql(statement, dbname=db)
     ids = draw_plain(shard, db, "orders", 1000)
@@ -307,7 +314,16 @@ def test_a_tag_attached_under_0_2_0_is_fenced_once_both_servers_update(make_clus
 
     central.sql("ALTER EXTENSION pg_idgen UPDATE", dbname=central_db)
     ids += draw_plain(shard, db, "orders", 5000)
+    # The update named the long server's origin table as segment_attach
+    # does: attaching another tag through it reuses it.
+    shard.sql(f"SELECT segment_attach('more', '{long_name}')", dbname=db)
+    origins = shard.sql("SELECT count(*) FROM pg_foreign_table ft JOIN pg_foreign_server s "
+                        "ON s.oid = ft.ftserver WHERE s.srvname = %s "
+                        "AND 'table_name=id_segment_origin' = ANY (ft.ftoptions)", (long_name,), dbname=db)
+    assert origins == [(1,)], origins
+    for tag in ("parts", "more"):
+        assert_unique(draw_plain(shard, db, tag, 1000))
     (identifier,), = central.sql("SELECT system_identifier FROM pg_control_system()")
-    assert shard.sql("SELECT central_system_identifier, central_timeline FROM id_segment_remote",
+    assert shard.sql("SELECT DISTINCT central_system_identifier, central_timeline FROM id_segment_remote",
                      dbname=db) == [(identifier, 1)]
     assert_unique(ids)
