@@ -8,6 +8,7 @@ pub fn setup(_options: Vec<&str>) {}
 pub fn postgresql_conf_options() -> Vec<&'static str> {
     vec![
         "shared_preload_libraries = 'pg_idgen'",
+        "pg_idgen.machine_id = 0",
         "pg_idgen.refill_timeout = '5s'",
     ]
 }

@@ -292,8 +292,16 @@ pub enum IdgenError {
         cause: String,
         count: u64,
     },
+    /// A snowflake ID was asked for, but `pg_idgen.machine_id` is not set
+    /// on this server.
+    MachineIdNotSet {
+        function: &'static str,
+    },
+    /// `pg_idgen.snowflake_fallback` turned on (or on at start) while
+    /// `pg_idgen.machine_id` is not set.
+    FallbackNeedsMachineId,
     /// `pg_idgen.snowflake_fallback` would stand in, but this server's
-    /// `pg_idgen.machine_id` was never set (it is the default 0).
+    /// `pg_idgen.machine_id` was never set.
     FallbackWithoutMachineId {
         tag: String,
         waited_ms: i64,
@@ -594,6 +602,8 @@ impl IdgenError {
             }
             IdgenError::FallbackIds { .. } => ERRCODE_WARNING,
             IdgenError::FallbackWithoutMachineId { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            IdgenError::MachineIdNotSet { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            IdgenError::FallbackNeedsMachineId => ERRCODE_INVALID_PARAMETER_VALUE,
             IdgenError::HostnameMachineIdDoubt { .. } => ERRCODE_WARNING,
             IdgenError::StateFileWriteFailed { .. } => ERRCODE_IO_ERROR,
             IdgenError::SnowflakeServerMayBeACopy { .. } => ERRCODE_WARNING,
@@ -789,6 +799,10 @@ impl IdgenError {
             } => format!(
                 "segment tag \"{tag}\" got no range within {waited_ms} ms ({cause}): handing out snowflake IDs instead ({count} so far)"
             ),
+            IdgenError::MachineIdNotSet { function } => format!(
+                "{function} needs pg_idgen.machine_id, which is not set on this server"
+            ),
+            IdgenError::FallbackNeedsMachineId => "pg_idgen.snowflake_fallback cannot be on: pg_idgen.machine_id is not set on this server".into(),
             IdgenError::FallbackWithoutMachineId {
                 tag,
                 waited_ms,
@@ -909,7 +923,8 @@ impl IdgenError {
             IdgenError::RefillSpiFailed { .. } => SEE_SERVER_LOG.into(),
             IdgenError::RangeNotCached { .. } => "This is a bug in pg_idgen; the range is skipped and no ID repeats.".into(),
             IdgenError::WorkerExitedWhileStarting { .. } => "The server log has the worker's error (look for \"pg_idgen refill worker\"); the next call that needs IDs starts it again.".into(),
-            IdgenError::FallbackWithoutMachineId { .. } => "Every server left at the default has machine id 0, so servers falling back together would hand out the same IDs. Set pg_idgen.machine_id to a number of this server's own (or 'hostname', or 'lease') in postgresql.conf and restart.".into(),
+            IdgenError::FallbackWithoutMachineId { .. } | IdgenError::FallbackNeedsMachineId => "Servers that fall back together need machine ids of their own, or they hand out the same IDs. Set pg_idgen.machine_id to a number no other server uses (or 'hostname', or 'lease') in postgresql.conf and restart.".into(),
+            IdgenError::MachineIdNotSet { .. } => "Every server that issues snowflake IDs needs a machine id no other server uses: set pg_idgen.machine_id in postgresql.conf to a number (0 is fine for a single server), to 'hostname' (pods of a StatefulSet) or to 'lease' (from a central server), and restart.".into(),
             IdgenError::FallbackIds { .. } => "pg_idgen.snowflake_fallback is on. These IDs are far larger than the tag's own; segment_status.fallback_ids counts them.".into(),
             IdgenError::HostnameMachineIdDoubt { .. } => "Two servers with the same machine id can issue the same snowflake IDs. 'hostname' suits the pods of one StatefulSet (pg-0, pg-1, ...); elsewhere set pg_idgen.machine_id to a number unique to each server.".into(),
             IdgenError::StateFileWriteFailed { .. } => "Snowflake IDs wait until it can be written; check the data directory's space and permissions.".into(),

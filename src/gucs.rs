@@ -116,18 +116,25 @@ pub fn register() {
         GucContext::Sighup,
         GucFlags::UNIT_MS,
     );
-    GucRegistry::define_bool_guc(
-        c"pg_idgen.snowflake_fallback",
-        c"Return a snowflake ID from segment_nextval() when no range comes within pg_idgen.refill_timeout.",
-        c"Off by default: fallback IDs are far larger than the tag's own, so the column stops being short and trend-increasing while it lasts.",
-        &SNOWFLAKE_FALLBACK,
-        GucContext::Userset,
-        GucFlags::default(),
-    );
+    // SAFETY: the check hook is a #[pg_guard] function of this library.
+    unsafe {
+        GucRegistry::define_bool_guc_with_hooks(
+            c"pg_idgen.snowflake_fallback",
+            c"Return a snowflake ID from segment_nextval() when no range comes within pg_idgen.refill_timeout.",
+            c"Off by default: fallback IDs are far larger than the tag's own, so the column stops being short and trend-increasing while it lasts. Superusers and roles granted SET on it may change it; it cannot be on while pg_idgen.machine_id is not set.",
+            &SNOWFLAKE_FALLBACK,
+            GucContext::Suset,
+            GucFlags::default(),
+            Some(crate::snowflake::config::check_fallback),
+            None,
+            None,
+        );
+    }
 }
 
-/// This server's snowflake machine id: a number, or `hostname`.
-pub static MACHINE_ID: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(Some(c"0"));
+/// This server's snowflake machine id: a number, `hostname` or `lease`;
+/// unset by default (no snowflake ID is issued until it is set).
+pub static MACHINE_ID: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
 
 /// The snowflake epoch, UTC.
 pub static SNOWFLAKE_EPOCH: GucSetting<Option<CString>> =
@@ -214,22 +221,31 @@ pub fn register_snowflake() {
         GucContext::Postmaster,
         GucFlags::UNIT_MS,
     );
-    GucRegistry::define_string_guc(
-        c"pg_idgen.machine_id",
-        c"Machine id in snowflake IDs: a number, or 'hostname' for the trailing number of the host name.",
-        c"Every server handing out snowflake IDs must have its own. 'hostname' suits Kubernetes StatefulSets: pod pg-3 gets 3.",
-        &MACHINE_ID,
-        GucContext::Postmaster,
-        GucFlags::default(),
-    );
-    GucRegistry::define_string_guc(
-        c"pg_idgen.snowflake_epoch",
-        c"Start of snowflake time, in UTC (YYYY-MM-DD HH:MM:SS+00).",
-        c"Snowflake IDs count milliseconds from this moment; changing it changes the meaning of every ID already issued.",
-        &SNOWFLAKE_EPOCH,
-        GucContext::Postmaster,
-        GucFlags::default(),
-    );
+    // SAFETY: the check hooks are #[pg_guard] functions of this library.
+    unsafe {
+        GucRegistry::define_string_guc_with_hooks(
+            c"pg_idgen.machine_id",
+            c"Machine id in snowflake IDs: a number, 'hostname' for the trailing number of the host name, or 'lease'.",
+            c"Every server handing out snowflake IDs must have its own; unset (the default), snowflake_nextval() refuses. 'hostname' suits Kubernetes StatefulSets: pod pg-3 gets 3. 'lease' takes one from a table on a central server.",
+            &MACHINE_ID,
+            GucContext::Postmaster,
+            GucFlags::default(),
+            Some(crate::snowflake::config::check_machine_id),
+            None,
+            None,
+        );
+        GucRegistry::define_string_guc_with_hooks(
+            c"pg_idgen.snowflake_epoch",
+            c"Start of snowflake time, in UTC (YYYY-MM-DD HH:MM:SS+00).",
+            c"Snowflake IDs count milliseconds from this moment; changing it changes the meaning of every ID already issued.",
+            &SNOWFLAKE_EPOCH,
+            GucContext::Postmaster,
+            GucFlags::default(),
+            Some(crate::snowflake::config::check_epoch),
+            None,
+            None,
+        );
+    }
     for (name, short, setting) in [
         (
             c"pg_idgen.snowflake_time_bits",

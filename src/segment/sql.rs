@@ -451,10 +451,10 @@ fn first_in(stamp: &std::sync::atomic::AtomicI64, every_ms: i64) -> bool {
 /// A snowflake ID in place of a segment ID that did not come in time
 /// (`pg_idgen.snowflake_fallback`): counted in the slot, and logged as a
 /// WARNING at most once a minute per tag.
-/// Refused (55000) while this server's machine id is the default: every
-/// server left at it falls back to the same IDs.
+/// Refused (55000) while this server's machine id is not set: every
+/// server that forgot it would fall back to the same IDs.
 fn fallback_id(slot: &Slot, tag: &[u8], waited: Duration, cause: &str) -> i64 {
-    if !crate::snowflake::config::machine_id_set_explicitly() {
+    if !crate::snowflake::config::machine_id_is_set() {
         IdgenError::FallbackWithoutMachineId {
             tag: tag_text(tag),
             waited_ms: waited.as_millis() as i64,

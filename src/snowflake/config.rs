@@ -16,7 +16,7 @@ use super::layout::{
 use super::lease::{check_holder, LeaseError, LeaseSettings};
 use crate::errors::IdgenError;
 use crate::gucs;
-use pgrx::pg_sys;
+use pgrx::{pg_guard, pg_sys};
 
 /// The settings the generators are built from, checked; computed in
 /// `_PG_init` (the postmaster), so a bad value stops the server from
@@ -28,6 +28,10 @@ pub struct SnowflakeConfig {
     /// `pg_idgen.machine_id = 'lease'`: the machine id comes from the lease
     /// keeper (`lease_keeper.rs`).
     pub lease: bool,
+    /// `pg_idgen.machine_id` was set (a number, `hostname` or `lease`).
+    /// Unset, no snowflake ID is issued: two servers that both forgot it
+    /// would share machine id 0.
+    pub machine_set: bool,
 }
 
 /// The settings, once `load_config` has run (in every process).
@@ -55,46 +59,180 @@ fn hostname() -> String {
         .unwrap_or_default()
 }
 
-/// Checks the snowflake settings; raises an ERROR (fatal at server start)
-/// naming the bad setting.
-/// Whether `pg_idgen.machine_id` was set anywhere (postgresql.conf, the
-/// command line, ALTER SYSTEM) rather than left at its default 0. Read
-/// from `pg_settings` once per backend, in a transaction (the setting
-/// takes effect only at server start, so the answer never changes).
-pub fn machine_id_set_explicitly() -> bool {
-    static EXPLICIT: once_cell::sync::OnceCell<bool> = once_cell::sync::OnceCell::new();
-    *EXPLICIT.get_or_init(|| {
-        pgrx::Spi::get_one::<bool>(
-            "SELECT source OPERATOR(pg_catalog.<>) 'default' FROM pg_catalog.pg_settings \
-              WHERE name OPERATOR(pg_catalog.=) 'pg_idgen.machine_id'",
-        )
-        .ok()
-        .flatten()
-        .unwrap_or(false)
-    })
+/// Whether `pg_idgen.machine_id` was set on this server (read at server
+/// start; the setting takes effect only then).
+pub fn machine_id_is_set() -> bool {
+    config().is_some_and(|c| c.machine_set)
 }
 
-pub fn load_config() {
-    let epoch_text = setting_text(&gucs::SNOWFLAKE_EPOCH);
-    let Some(epoch_ms) = parse_epoch(&epoch_text) else {
-        IdgenError::BadSetting {
+/// What is wrong with `pg_idgen.snowflake_epoch = text`, if anything.
+fn epoch_problem(text: &str) -> Result<i64, IdgenError> {
+    let Some(epoch_ms) = parse_epoch(text) else {
+        return Err(IdgenError::BadSetting {
             name: "pg_idgen.snowflake_epoch",
-            value: epoch_text,
+            value: text.to_string(),
             problem: "not a UTC timestamp".into(),
             hint: "Write it as YYYY-MM-DD HH:MM:SS+00, e.g. '2025-01-01 00:00:00+00'.".into(),
-        }
-        .raise()
+        });
     };
     let now = now_unix_ms();
     if epoch_ms > now {
-        IdgenError::BadSetting {
+        return Err(IdgenError::BadSetting {
             name: "pg_idgen.snowflake_epoch",
-            value: epoch_text,
+            value: text.to_string(),
             problem: format!("it is {} ms in the future", epoch_ms - now),
             hint: "Use an epoch in the past, e.g. the default '2025-01-01 00:00:00+00' (if the server's clock is wrong, fix the clock): no ID can be issued before the epoch.".into(),
-        }
-        .raise()
+        });
     }
+    Ok(epoch_ms)
+}
+
+/// The machine id `pg_idgen.machine_id = text` gives under `layout`
+/// (`None`: unset or `lease`), or what is wrong with it.
+fn machine_problem(text: &str, layout: Option<&Layout>) -> Result<Option<i64>, IdgenError> {
+    let trimmed = text.trim();
+    if trimmed.is_empty() || trimmed.eq_ignore_ascii_case("lease") {
+        return Ok(None);
+    }
+    let machine = machine_id_from_setting(trimmed, &hostname()).map_err(|problem| {
+        IdgenError::BadSetting {
+            name: "pg_idgen.machine_id",
+            value: text.to_string(),
+            problem,
+            hint: "Set it to a number, to 'hostname' on hosts named like pg-3, or to 'lease' to lease one from a central server.".into(),
+        }
+    })?;
+    if let Some(layout) = layout {
+        if layout.check_machine(machine).is_err() {
+            return Err(IdgenError::BadSetting {
+                name: "pg_idgen.machine_id",
+                value: text.to_string(),
+                problem: format!(
+                    "{machine} does not fit in pg_idgen.snowflake_machine_bits = {}",
+                    layout.machine_bits
+                ),
+                hint: format!("Use a machine id from 0 to {}.", layout.max_machine()),
+            });
+        }
+    }
+    Ok(Some(machine))
+}
+
+/// Refuses a value in a check hook, with the message and hint
+/// `IdgenError::BadSetting` gives at server start (what `GUC_check_errmsg`
+/// and `GUC_check_errhint` do in C).
+fn refuse_in_check_hook(error: &IdgenError) -> bool {
+    let error = error.stored();
+    let message = std::ffi::CString::new(error.message).unwrap_or_default();
+    let hint = std::ffi::CString::new(error.hint).unwrap_or_default();
+    // SAFETY: inside a GUC check hook: PostgreSQL reads these (palloc'd in
+    // the current context) when the hook returns false.
+    unsafe {
+        pg_sys::GUC_check_errcode(error.sqlstate);
+        pg_sys::GUC_check_errmsg_string = pg_sys::pstrdup(message.as_ptr());
+        pg_sys::GUC_check_errhint_string = pg_sys::pstrdup(hint.as_ptr());
+    }
+    false
+}
+
+/// Whether a check hook runs at the postmaster's start or reload, where
+/// `load_config` checks the settings together (and a refusal would only
+/// be a WARNING that drops the value).
+fn in_postmaster() -> bool {
+    // SAFETY: plain read of a global set at process start.
+    !unsafe { pg_sys::IsUnderPostmaster }
+}
+
+/// The current layout settings, if they make a layout.
+fn current_layout() -> Option<Layout> {
+    let epoch_ms = parse_epoch(&setting_text(&gucs::SNOWFLAKE_EPOCH))?;
+    Layout::new(
+        epoch_ms,
+        gucs::SNOWFLAKE_TIME_BITS.get() as u32,
+        gucs::SNOWFLAKE_MACHINE_BITS.get() as u32,
+        gucs::SNOWFLAKE_SEQUENCE_BITS.get() as u32,
+        63,
+    )
+    .ok()
+}
+
+/// The text a string check hook is given (NULL: empty).
+///
+/// # Safety
+/// `newval` is the hook's argument.
+unsafe fn hook_text(newval: *mut *mut std::ffi::c_char) -> String {
+    // SAFETY: the caller's contract: a pointer to a NUL-terminated string
+    // or to NULL.
+    unsafe {
+        if newval.is_null() || (*newval).is_null() {
+            return String::new();
+        }
+        std::ffi::CStr::from_ptr(*newval)
+            .to_string_lossy()
+            .into_owned()
+    }
+}
+
+/// Check hook of `pg_idgen.machine_id`: `SET`, `ALTER SYSTEM` and a
+/// reload refuse a value the next start would refuse, with the start's
+/// message (against the layout settings in effect now).
+#[pg_guard]
+pub unsafe extern "C-unwind" fn check_machine_id(
+    newval: *mut *mut std::ffi::c_char,
+    _extra: *mut *mut std::ffi::c_void,
+    _source: pg_sys::GucSource::Type,
+) -> bool {
+    if in_postmaster() {
+        return true;
+    }
+    // SAFETY: the hook's own argument.
+    let text = unsafe { hook_text(newval) };
+    match machine_problem(&text, current_layout().as_ref()) {
+        Ok(_) => true,
+        Err(e) => refuse_in_check_hook(&e),
+    }
+}
+
+/// Check hook of `pg_idgen.snowflake_epoch`.
+#[pg_guard]
+pub unsafe extern "C-unwind" fn check_epoch(
+    newval: *mut *mut std::ffi::c_char,
+    _extra: *mut *mut std::ffi::c_void,
+    _source: pg_sys::GucSource::Type,
+) -> bool {
+    if in_postmaster() {
+        return true;
+    }
+    // SAFETY: the hook's own argument.
+    let text = unsafe { hook_text(newval) };
+    match epoch_problem(&text) {
+        Ok(_) => true,
+        Err(e) => refuse_in_check_hook(&e),
+    }
+}
+
+/// Check hook of `pg_idgen.snowflake_fallback`: it cannot be turned on
+/// while this server's machine id is unset (servers that forgot it would
+/// fall back to the same IDs).
+#[pg_guard]
+pub unsafe extern "C-unwind" fn check_fallback(
+    newval: *mut bool,
+    _extra: *mut *mut std::ffi::c_void,
+    _source: pg_sys::GucSource::Type,
+) -> bool {
+    // SAFETY: the hook's own argument.
+    let on = unsafe { !newval.is_null() && *newval };
+    if !on || in_postmaster() || machine_id_is_set() {
+        return true;
+    }
+    refuse_in_check_hook(&IdgenError::FallbackNeedsMachineId)
+}
+
+/// Checks the snowflake settings; raises an ERROR (fatal at server start)
+/// naming the bad setting.
+pub fn load_config() {
+    let epoch_ms =
+        epoch_problem(&setting_text(&gucs::SNOWFLAKE_EPOCH)).unwrap_or_else(|e| e.raise());
     let (time, machine_bits, sequence) = (
         gucs::SNOWFLAKE_TIME_BITS.get() as u32,
         gucs::SNOWFLAKE_MACHINE_BITS.get() as u32,
@@ -132,41 +270,30 @@ pub fn load_config() {
             layout,
             machine: 0,
             lease: true,
+            machine_set: true,
         });
         return;
     }
-    let host = hostname();
-    let machine = machine_id_from_setting(&machine_text, &host).unwrap_or_else(|problem| {
-        IdgenError::BadSetting {
-            name: "pg_idgen.machine_id",
-            value: machine_text.clone(),
-            problem,
-            hint: "Set it to a number, to 'hostname' on hosts named like pg-3, or to 'lease' to lease one from a central server.".into(),
-        }
-        .raise()
-    });
-    if layout.check_machine(machine).is_err() {
-        IdgenError::BadSetting {
-            name: "pg_idgen.machine_id",
-            value: machine_text,
-            problem: format!(
-                "{machine} does not fit in pg_idgen.snowflake_machine_bits = {machine_bits}"
-            ),
-            hint: format!("Use a machine id from 0 to {}.", layout.max_machine()),
-        }
-        .raise();
-    }
+    let machine = machine_problem(&machine_text, Some(&layout)).unwrap_or_else(|e| e.raise());
     if machine_text.trim().eq_ignore_ascii_case("hostname") {
         let in_kubernetes = std::env::var_os("KUBERNETES_SERVICE_HOST").is_some();
-        if let Some(doubt) = hostname_machine_id_doubt(&host, in_kubernetes) {
-            IdgenError::HostnameMachineIdDoubt { machine, doubt }.warn();
+        if let Some(doubt) = hostname_machine_id_doubt(&hostname(), in_kubernetes) {
+            IdgenError::HostnameMachineIdDoubt {
+                machine: machine.unwrap_or(0),
+                doubt,
+            }
+            .warn();
         }
+    }
+    if machine.is_none() && gucs::SNOWFLAKE_FALLBACK.get() {
+        IdgenError::FallbackNeedsMachineId.warn();
     }
     // A second call (never made) would keep the first value.
     let _ = CONFIG.set(SnowflakeConfig {
         layout,
-        machine,
+        machine: machine.unwrap_or(0),
         lease: false,
+        machine_set: machine.is_some(),
     });
 }
 

@@ -11,6 +11,13 @@ use pgrx::datum::TimestampWithTimeZone;
 use pgrx::prelude::*;
 use std::sync::atomic::Ordering;
 
+/// No snowflake ID without a machine id set on this server.
+fn refuse_without_machine_id(function: &'static str) {
+    if !super::config::machine_id_is_set() {
+        IdgenError::MachineIdNotSet { function }.raise();
+    }
+}
+
 fn refuse_during_recovery(function: &'static str) {
     // SAFETY: a plain query of this backend's recovery state.
     if unsafe { pg_sys::RecoveryInProgress() } {
@@ -83,6 +90,7 @@ fn parse_with(layout: &Layout, id: i64) -> TableIterator<'static, ParsedRow> {
 #[pg_extern(volatile, parallel_unsafe)]
 fn snowflake_nextval() -> i64 {
     let state = snowflake_or_raise();
+    refuse_without_machine_id("snowflake_nextval()");
     refuse_during_recovery("snowflake_nextval()");
     state.next_id(&state.main)
 }
@@ -92,6 +100,7 @@ fn snowflake_nextval() -> i64 {
 #[pg_extern(volatile, parallel_unsafe)]
 fn snowflake_js_nextval() -> i64 {
     let state = snowflake_or_raise();
+    refuse_without_machine_id("snowflake_js_nextval()");
     refuse_during_recovery("snowflake_js_nextval()");
     state.next_id(javascript(state))
 }

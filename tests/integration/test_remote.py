@@ -294,18 +294,19 @@ def test_the_snowflake_fallback_is_opt_in(make_cluster, fallback):
     assert len(warnings) == 1, warnings
 
 
-def test_the_fallback_refuses_to_stand_in_while_the_machine_id_is_the_default(make_cluster):
-    """Two servers that never set pg_idgen.machine_id both have machine id
-    0: falling back together they would hand out the same snowflake IDs.
-    A shard with the fallback on but no machine id of its own fails with
-    55000 naming pg_idgen.machine_id once its cached IDs are gone, and
-    hands out no snowflake ID; set (here by ALTER SYSTEM and a restart),
-    it falls back."""
+def test_the_fallback_refuses_to_stand_in_while_the_machine_id_is_not_set(make_cluster):
+    """Two servers that never set pg_idgen.machine_id would both fall back
+    with machine id 0 and hand out the same snowflake IDs. A shard whose
+    postgresql.conf turns the fallback on but sets no machine id warns at
+    start, and fails with 55000 naming pg_idgen.machine_id once its cached
+    IDs are gone, handing out no snowflake ID; set (here by ALTER SYSTEM
+    and a restart), it falls back."""
     central = make_cluster()
     central.start()
     central_db = central.new_database()
     central.sql("SELECT segment_create('orders', step => 10)", dbname=central_db)
-    shard = make_cluster(conf=(*SHARD_CONF, "pg_idgen.snowflake_fallback = on"))
+    shard = make_cluster(conf=(*SHARD_CONF, "pg_idgen.machine_id = ''",
+                               "pg_idgen.snowflake_fallback = on"))
     shard.start()
     shard.sql("CREATE EXTENSION pg_idgen")
     db = shard.new_database()

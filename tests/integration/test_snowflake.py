@@ -546,3 +546,55 @@ def test_a_host_name_machine_id_outside_a_statefulset_is_warned_about(make_clust
     assert "01000 WARNING:  pg_idgen.machine_id = 'hostname' gives machine id 17, but " in log, log[-3000:]
     assert "holds other numbers besides its trailing one" in log or "is not a Kubernetes pod" in log
     assert "HINT:  Two servers with the same machine id can issue the same snowflake IDs." in log
+
+
+def test_without_a_machine_id_no_snowflake_id_is_issued_and_the_settings_are_checked_when_set(
+        make_cluster):
+    """pg_idgen.machine_id left unset (two servers that both forgot it
+    would share machine id 0): both generators refuse with 55000 naming
+    the setting, segment IDs go on, the fallback cannot be turned on (and
+    the start warns when postgresql.conf turns it on). ALTER SYSTEM refuses
+    the values the next start would refuse, with the start's message; a
+    role without the right may not turn the fallback on. Set, it issues."""
+    c = make_cluster(conf=("pg_idgen.machine_id = ''", "pg_idgen.snowflake_fallback = on",
+                           LOG_SQLSTATE))
+    c.start()
+    c.sql("CREATE EXTENSION pg_idgen")
+    assert "pg_idgen.snowflake_fallback cannot be on: pg_idgen.machine_id is not set" in c.log()
+    for function in ("snowflake_nextval()", "snowflake_js_nextval()"):
+        with pytest.raises(errors.ObjectNotInPrerequisiteState) as refused:
+            c.sql(f"SELECT {function}")
+        assert f"{function} needs pg_idgen.machine_id, which is not set on this server" in str(refused.value)
+        assert "set pg_idgen.machine_id in postgresql.conf" in refused.value.diag.message_hint
+    db = c.new_database()
+    c.sql("SELECT segment_create('t', step => 10)", dbname=db)
+    assert len(set(r[0] for r in c.sql("SELECT segment_nextval('t') FROM generate_series(1, 100)",
+                                       dbname=db))) == 100
+    with pytest.raises(errors.InvalidParameterValue) as refused:
+        c.sql("SET pg_idgen.snowflake_fallback = on")
+    assert "pg_idgen.machine_id is not set" in str(refused.value)
+    for value, problem in [("5000", "5000 does not fit in pg_idgen.snowflake_machine_bits = 10"),
+                           ("-1", "is neither a non-negative integer nor 'hostname'"),
+                           ("abc", "is neither a non-negative integer nor 'hostname'")]:
+        with pytest.raises(errors.InvalidParameterValue) as refused:
+            c.sql(f"ALTER SYSTEM SET pg_idgen.machine_id = '{value}'")
+        assert f'invalid value for parameter "pg_idgen.machine_id": "{value}"' in str(refused.value)
+        assert problem in str(refused.value)
+        assert refused.value.diag.message_hint
+    for value, problem in [("yesterday", "not a UTC timestamp"),
+                           ("2999-01-01 00:00:00+00", "ms in the future")]:
+        with pytest.raises(errors.InvalidParameterValue) as refused:
+            c.sql(f"ALTER SYSTEM SET pg_idgen.snowflake_epoch = '{value}'")
+        assert problem in str(refused.value)
+    with c.connect() as conn:
+        conn.execute("CREATE ROLE idgen_app")
+        conn.execute("SET ROLE idgen_app")
+        with pytest.raises(errors.InsufficientPrivilege):
+            conn.execute("SET pg_idgen.snowflake_fallback = off")
+    # Refused values were not written; a good one is, and takes effect.
+    c.sql("ALTER SYSTEM SET pg_idgen.machine_id = 0")
+    c.restart()
+    assert "pg_idgen.snowflake_fallback cannot be on" not in c.log().split("database system is ready")[-1]
+    ids = draw_snowflakes(c, 1000)
+    assert_unique(ids)
+    c.sql("SET pg_idgen.snowflake_fallback = on")

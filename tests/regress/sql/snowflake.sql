@@ -113,5 +113,13 @@ DELETE FROM snowflake_high_water;
 COMMIT;
 SELECT count(*) AS rows_left FROM snowflake_high_water;
 
+-- Settings are checked when they are set, not only at the next start.
+ALTER SYSTEM SET pg_idgen.machine_id = '5000';
+\echo :LAST_ERROR_SQLSTATE
+ALTER SYSTEM SET pg_idgen.machine_id = 'abc';
+\echo :LAST_ERROR_SQLSTATE
+ALTER SYSTEM SET pg_idgen.snowflake_epoch = 'yesterday';
+\echo :LAST_ERROR_SQLSTATE
+
 -- Leave the database as it was found.
 DROP EXTENSION pg_idgen CASCADE;
