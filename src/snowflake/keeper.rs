@@ -152,6 +152,7 @@ pub extern "C-unwind" fn pg_idgen_snowflake_keeper_main(_arg: pg_sys::Datum) {
         replayed_here: None,
         last_read_ms: i64::MIN / 2,
         file_failing: false,
+        window_warned: None,
     };
     loop {
         bgworker::reload_if_asked();
@@ -163,6 +164,9 @@ pub extern "C-unwind" fn pg_idgen_snowflake_keeper_main(_arg: pg_sys::Datum) {
     // SAFETY: ends this process; the exit callback clears the pid.
     unsafe { pg_sys::proc_exit(1) };
 }
+
+/// The least `pg_idgen.snowflake_persist_ahead` may be (`gucs.rs`).
+const PERSIST_AHEAD_MIN_MS: i32 = 100;
 
 struct Keeper {
     state: &'static Snowflake,
@@ -187,6 +191,9 @@ struct Keeper {
     last_read_ms: i64,
     /// Whether the last write of the state file failed (logged once).
     file_failing: bool,
+    /// `(snowflake_persist_ahead, snowflake_max_lead)` when the keeper last
+    /// warned that the first is above the second.
+    window_warned: Option<(i32, i32)>,
 }
 
 impl Keeper {
@@ -329,12 +336,34 @@ impl Keeper {
         }
     }
 
+    /// `pg_idgen.snowflake_persist_ahead`, but never above
+    /// `pg_idgen.snowflake_max_lead` (nor below the setting's 100 ms
+    /// minimum): after a crash IDs resume up to the window ahead of the
+    /// clock, and every call would wait for the clock beyond `max_lead`.
+    /// A WARNING says so once per pair of values (at start, after a
+    /// reload).
+    fn persist_window_ms(&mut self) -> i64 {
+        let persist = gucs::SNOWFLAKE_PERSIST_AHEAD_MS.get();
+        let max_lead = gucs::SNOWFLAKE_MAX_LEAD_MS.get();
+        let window = persist.min(max_lead.max(PERSIST_AHEAD_MIN_MS));
+        if window < persist && self.window_warned != Some((persist, max_lead)) {
+            IdgenError::PersistAheadAboveMaxLead {
+                persist_ahead_ms: persist,
+                max_lead_ms: max_lead,
+                window_ms: window,
+            }
+            .warn();
+            self.window_warned = Some((persist, max_lead));
+        }
+        i64::from(window)
+    }
+
     /// Commits the marks the generators want, then writes the state file,
     /// and only then lets them issue up to the marks.
     fn persist_if_wanted(&mut self) {
         let state = self.state;
         let generators = [&state.main, &state.javascript];
-        let window = i64::from(gucs::SNOWFLAKE_PERSIST_AHEAD_MS.get());
+        let window = self.persist_window_ms();
         let now = now_unix_ms();
         let wanted = generators.map(|g| g.mark_to_persist(now, window));
         // A file removed under a running server is written again at once.

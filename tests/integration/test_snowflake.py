@@ -598,3 +598,29 @@ def test_without_a_machine_id_no_snowflake_id_is_issued_and_the_settings_are_che
     ids = draw_snowflakes(c, 1000)
     assert_unique(ids)
     c.sql("SET pg_idgen.snowflake_fallback = on")
+
+
+def test_persist_ahead_above_max_lead_is_held_to_it_so_a_crash_costs_no_wait(make_cluster):
+    """pg_idgen.snowflake_persist_ahead = 20s above snowflake_max_lead = 5s
+    (both reloadable, each valid alone): the keeper warns and writes the
+    mark no further ahead than max_lead. Before, a crash resumed ~20 s
+    ahead of the clock and every snowflake_nextval() failed for about 15 s
+    (each call waited for the clock beyond max_lead); now the first call
+    after the crash is served at once."""
+    c = make_cluster(conf=("pg_idgen.snowflake_persist_ahead = '20s'",
+                           "pg_idgen.snowflake_max_lead = '5s'",
+                           "pg_idgen.snowflake_max_wait = '500ms'"))
+    c.start()
+    c.sql("CREATE EXTENSION pg_idgen")
+    ids = draw_snowflakes(c, 10_000)
+    assert wait_for(lambda: "snowflake_persist_ahead (20000 ms) is above pg_idgen.snowflake_max_lead"
+                    in c.log(), timeout=30)
+    # Keep issuing for a while, so that the mark is written ahead.
+    until = time.monotonic() + 3
+    while time.monotonic() < until:
+        ids += draw_snowflakes(c, 1000)
+    c.stop("immediate")
+    c.start()
+    ids += draw_snowflakes(c, 1000)   # raises if a call waited beyond max_wait
+    assert_unique(ids)
+    assert_increasing(ids)
