@@ -214,3 +214,29 @@ CREATE FUNCTION segment_central_accept() RETURNS timestamptz
 $$;
 COMMENT ON FUNCTION segment_central_accept() IS 'pg_idgen: after raising this central server''s rows above what every attached server took, lets the attached servers refill from it again although it failed over or was restored';
 REVOKE ALL ON FUNCTION segment_central_accept() FROM PUBLIC;
+
+-- Scalar helpers (src/snowflake/sql.rs): the time, machine id and
+-- sequence of a snowflake ID. The one-argument forms read the layout
+-- settings (STABLE); the forms that take the layout are IMMUTABLE, for
+-- generated columns and expression indexes.
+CREATE FUNCTION snowflake_timestamp(id bigint) RETURNS timestamp with time zone
+    STRICT STABLE PARALLEL SAFE
+    LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_timestamp_wrapper';
+CREATE FUNCTION snowflake_machine_id(id bigint) RETURNS bigint
+    STRICT STABLE PARALLEL SAFE
+    LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_machine_id_wrapper';
+CREATE FUNCTION snowflake_sequence(id bigint) RETURNS bigint
+    STRICT STABLE PARALLEL SAFE
+    LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_sequence_wrapper';
+CREATE FUNCTION snowflake_timestamp(id bigint, epoch timestamp with time zone, machine_bits int,
+                                    sequence_bits int) RETURNS timestamp with time zone
+    IMMUTABLE STRICT PARALLEL SAFE
+    LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_timestamp_in_layout_wrapper';
+CREATE FUNCTION snowflake_machine_id(id bigint, epoch timestamp with time zone, machine_bits int,
+                                     sequence_bits int) RETURNS bigint
+    IMMUTABLE STRICT PARALLEL SAFE
+    LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_machine_id_in_layout_wrapper';
+CREATE FUNCTION snowflake_sequence(id bigint, epoch timestamp with time zone, machine_bits int,
+                                   sequence_bits int) RETURNS bigint
+    IMMUTABLE STRICT PARALLEL SAFE
+    LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_sequence_in_layout_wrapper';

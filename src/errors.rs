@@ -297,6 +297,11 @@ pub enum IdgenError {
     MachineIdNotSet {
         function: &'static str,
     },
+    /// The layout arguments of an IMMUTABLE snowflake helper make no
+    /// layout.
+    BadLayoutArgument {
+        problem: String,
+    },
     /// `pg_idgen.snowflake_fallback` turned on (or on at start) while
     /// `pg_idgen.machine_id` is not set.
     FallbackNeedsMachineId,
@@ -612,6 +617,7 @@ impl IdgenError {
             IdgenError::FallbackWithoutMachineId { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             IdgenError::MachineIdNotSet { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             IdgenError::FallbackNeedsMachineId => ERRCODE_INVALID_PARAMETER_VALUE,
+            IdgenError::BadLayoutArgument { .. } => ERRCODE_INVALID_PARAMETER_VALUE,
             IdgenError::PersistAheadAboveMaxLead { .. } => ERRCODE_INVALID_PARAMETER_VALUE,
             IdgenError::HostnameMachineIdDoubt { .. } => ERRCODE_WARNING,
             IdgenError::StateFileWriteFailed { .. } => ERRCODE_IO_ERROR,
@@ -811,6 +817,7 @@ impl IdgenError {
             IdgenError::MachineIdNotSet { function } => format!(
                 "{function} needs pg_idgen.machine_id, which is not set on this server"
             ),
+            IdgenError::BadLayoutArgument { problem } => format!("invalid snowflake layout: {problem}"),
             IdgenError::FallbackNeedsMachineId => "pg_idgen.snowflake_fallback cannot be on: pg_idgen.machine_id is not set on this server".into(),
             IdgenError::PersistAheadAboveMaxLead { persist_ahead_ms, max_lead_ms, window_ms } => format!(
                 "pg_idgen.snowflake_persist_ahead ({persist_ahead_ms} ms) is above pg_idgen.snowflake_max_lead ({max_lead_ms} ms): the snowflake keeper writes the high-water mark at most {window_ms} ms ahead"
@@ -936,6 +943,7 @@ impl IdgenError {
             IdgenError::RangeNotCached { .. } => "This is a bug in pg_idgen; the range is skipped and no ID repeats.".into(),
             IdgenError::WorkerExitedWhileStarting { .. } => "The server log has the worker's error (look for \"pg_idgen refill worker\"); the next call that needs IDs starts it again.".into(),
             IdgenError::FallbackWithoutMachineId { .. } | IdgenError::FallbackNeedsMachineId => "Servers that fall back together need machine ids of their own, or they hand out the same IDs. Set pg_idgen.machine_id to a number no other server uses (or 'hostname', or 'lease') in postgresql.conf and restart.".into(),
+            IdgenError::BadLayoutArgument { .. } => "Pass the layout the IDs were made with: pg_idgen.snowflake_epoch, pg_idgen.snowflake_machine_bits and pg_idgen.snowflake_sequence_bits (SHOW them, or see snowflake_status); the time takes the rest of the 63 bits.".into(),
             IdgenError::PersistAheadAboveMaxLead { .. } => "After a crash, IDs resume up to pg_idgen.snowflake_persist_ahead ahead of the clock, and every call would wait for the clock beyond pg_idgen.snowflake_max_lead: lower snowflake_persist_ahead, or raise snowflake_max_lead, and reload.".into(),
             IdgenError::MachineIdNotSet { .. } => "Every server that issues snowflake IDs needs a machine id no other server uses: set pg_idgen.machine_id in postgresql.conf to a number (0 is fine for a single server), to 'hostname' (pods of a StatefulSet) or to 'lease' (from a central server), and restart.".into(),
             IdgenError::FallbackIds { .. } => "pg_idgen.snowflake_fallback is on. These IDs are far larger than the tag's own; segment_status.fallback_ids counts them.".into(),

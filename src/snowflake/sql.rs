@@ -135,6 +135,101 @@ fn snowflake_js_parse(
     parse_with(snowflake_or_raise().javascript.layout(), id)
 }
 
+/// The parts of `id` under `layout`, or the error that names what is wrong.
+fn parts_of(layout: &Layout, id: i64) -> (TimestampWithTimeZone, i64, i64) {
+    let parts = layout
+        .decompose(id)
+        .unwrap_or_else(|e| raise_layout_error(e, id));
+    (
+        to_timestamptz(layout.epoch_ms + parts.time_ms),
+        parts.machine,
+        parts.sequence,
+    )
+}
+
+/// `snowflake_timestamp(id)`: when an ID of this server's layout was
+/// made. STABLE: it reads the layout settings (for a generated column or
+/// an index, use the form that takes the layout).
+#[pg_extern(stable, strict, parallel_safe)]
+fn snowflake_timestamp(id: i64) -> TimestampWithTimeZone {
+    parts_of(snowflake_or_raise().main.layout(), id).0
+}
+
+/// `snowflake_machine_id(id)`: the machine id of an ID of this server's
+/// layout.
+#[pg_extern(stable, strict, parallel_safe)]
+fn snowflake_machine_id(id: i64) -> i64 {
+    parts_of(snowflake_or_raise().main.layout(), id).1
+}
+
+/// `snowflake_sequence(id)`: the sequence of an ID of this server's
+/// layout.
+#[pg_extern(stable, strict, parallel_safe)]
+fn snowflake_sequence(id: i64) -> i64 {
+    parts_of(snowflake_or_raise().main.layout(), id).2
+}
+
+/// The layout the arguments of the IMMUTABLE helpers name: the epoch, and
+/// the machine and sequence bits (time takes the rest of the 63).
+fn layout_given(epoch: TimestampWithTimeZone, machine_bits: i32, sequence_bits: i32) -> Layout {
+    let bad = |problem: String| -> ! { IdgenError::BadLayoutArgument { problem }.raise() };
+    if epoch.is_infinity() || epoch.is_neg_infinity() {
+        bad(format!("the epoch {epoch} is not finite"));
+    }
+    let widths = u32::try_from(machine_bits)
+        .ok()
+        .zip(u32::try_from(sequence_bits).ok())
+        .filter(|&(m, s)| m + s < 63);
+    let Some((machine, sequence)) = widths else {
+        bad(format!(
+            "machine_bits {machine_bits} and sequence_bits {sequence_bits} must be at least 0 and 1, and leave time bits of the 63"
+        ))
+    };
+    let epoch_ms = (i128::from(epoch.into_inner()) + i128::from(PG_EPOCH_UNIX_MICROS)).div_euclid(1000);
+    let epoch_ms = i64::try_from(epoch_ms).unwrap_or(i64::MAX);
+    Layout::new(epoch_ms, 63 - machine - sequence, machine, sequence, 63).unwrap_or_else(|_| {
+        bad(format!(
+            "machine_bits {machine_bits} and sequence_bits {sequence_bits} must be at least 0 and 1, and leave time bits of the 63"
+        ))
+    })
+}
+
+/// `snowflake_timestamp(id, epoch, machine_bits, sequence_bits)`: the same
+/// with the layout as arguments. IMMUTABLE, so generated columns and
+/// expression indexes may use it, and it keeps its meaning if the
+/// settings change later. Needs no preloaded library.
+#[pg_extern(immutable, strict, parallel_safe, name = "snowflake_timestamp")]
+fn snowflake_timestamp_in_layout(
+    id: i64,
+    epoch: TimestampWithTimeZone,
+    machine_bits: i32,
+    sequence_bits: i32,
+) -> TimestampWithTimeZone {
+    parts_of(&layout_given(epoch, machine_bits, sequence_bits), id).0
+}
+
+/// `snowflake_machine_id(id, epoch, machine_bits, sequence_bits)`.
+#[pg_extern(immutable, strict, parallel_safe, name = "snowflake_machine_id")]
+fn snowflake_machine_id_in_layout(
+    id: i64,
+    epoch: TimestampWithTimeZone,
+    machine_bits: i32,
+    sequence_bits: i32,
+) -> i64 {
+    parts_of(&layout_given(epoch, machine_bits, sequence_bits), id).1
+}
+
+/// `snowflake_sequence(id, epoch, machine_bits, sequence_bits)`.
+#[pg_extern(immutable, strict, parallel_safe, name = "snowflake_sequence")]
+fn snowflake_sequence_in_layout(
+    id: i64,
+    epoch: TimestampWithTimeZone,
+    machine_bits: i32,
+    sequence_bits: i32,
+) -> i64 {
+    parts_of(&layout_given(epoch, machine_bits, sequence_bits), id).2
+}
+
 /// `snowflake_format(id)`: `20250623131730192-1-0` (UTC ms, machine, sequence).
 #[pg_extern(stable, strict, parallel_safe)]
 fn snowflake_format(id: i64) -> String {

@@ -282,6 +282,8 @@ def test_without_preloading_every_function_names_the_setting(make_cluster):
                  "SELECT segment_create('x')", "SELECT segment_drop('x')", "SELECT * FROM segment_status",
                  "SELECT snowflake_nextval()", "SELECT snowflake_js_nextval()", "SELECT * FROM snowflake_parse(1)",
                  "SELECT snowflake_format(1)", "SELECT snowflake_from_timestamp(now())",
+                 "SELECT snowflake_timestamp(1)", "SELECT snowflake_machine_id(1)",
+                 "SELECT snowflake_sequence(1)",
                  "SELECT * FROM snowflake_status", "SELECT * FROM segment_reserve('x', 5)",
                  "SELECT segment_attach('x', 'central')"]:
         with pytest.raises(errors.ObjectNotInPrerequisiteState) as caught:
@@ -289,8 +291,11 @@ def test_without_preloading_every_function_names_the_setting(make_cluster):
         assert "must be loaded via shared_preload_libraries" in str(caught.value), call
         assert "shared_preload_libraries" in caught.value.diag.message_hint
     assert c.sql("SELECT count(*) FROM id_segment") == [(0,)], "segment_create must not have written"
-    # The stateless base62 helpers need no shared memory.
+    # The stateless helpers need no shared memory: base62, and the snowflake
+    # helpers that take the layout.
     assert c.sql("SELECT idgen_base62(3844), idgen_base62_decode('100')") == [("100", 3844)]
+    assert c.sql("SELECT snowflake_machine_id((5 << 12) | 7, '2025-01-01 00:00:00+00', 10, 12), "
+                 "snowflake_sequence((5 << 12) | 7, '2025-01-01 00:00:00+00', 10, 12)") == [(5, 7)]
 
 
 def test_a_hot_standby_refuses_to_hand_out_ids(make_cluster):

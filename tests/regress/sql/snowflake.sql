@@ -23,6 +23,31 @@ SELECT snowflake_from_timestamp('2025-06-23 13:17:30.192+00') AS smallest,
        snowflake_from_timestamp('2025-06-23 13:17:30.1925+00') AS same_ms,
        snowflake_from_timestamp('2025-06-23 13:17:30.193+00') AS next_ms;
 SELECT count(*) AS rows_for_null FROM snowflake_parse(NULL);
+
+-- Scalar helpers: the settings' layout (STABLE) and a layout passed in
+-- (IMMUTABLE, for generated columns and expression indexes).
+SELECT snowflake_timestamp(id) AS ts, snowflake_machine_id(id) AS machine, snowflake_sequence(id) AS seq
+  FROM (VALUES ((1::bigint << 22) | (5 << 12) | 7)) v(id);
+SELECT snowflake_timestamp(id, '2025-01-01 00:00:00+00', 10, 12) AS ts,
+       snowflake_machine_id(id, '2025-01-01 00:00:00+00', 10, 12) AS machine,
+       snowflake_sequence(id, '2025-01-01 00:00:00+00', 10, 12) AS seq,
+       snowflake_machine_id(id, '2025-01-01 00:00:00+00', 12, 10) AS machine_as_12_bits
+  FROM (VALUES ((1::bigint << 22) | (5 << 12) | 7)) v(id);
+CREATE TABLE flakes (id bigint PRIMARY KEY,
+                     made_at timestamptz GENERATED ALWAYS AS
+                         (snowflake_timestamp(id, '2025-01-01 00:00:00+00', 10, 12)) STORED);
+CREATE INDEX flakes_by_machine ON flakes ((snowflake_machine_id(id, '2025-01-01 00:00:00+00', 10, 12)));
+INSERT INTO flakes VALUES ((1::bigint << 22) | (5 << 12) | 7);
+SELECT * FROM flakes;
+DROP TABLE flakes;
+SELECT snowflake_timestamp(1, '2025-01-01 00:00:00+00', 40, 23);
+\echo :LAST_ERROR_SQLSTATE
+SELECT snowflake_sequence(1, '2025-01-01 00:00:00+00', -1, 12);
+\echo :LAST_ERROR_SQLSTATE
+SELECT snowflake_machine_id(-1, '2025-01-01 00:00:00+00', 10, 12);
+\echo :LAST_ERROR_SQLSTATE
+SELECT snowflake_timestamp(1, 'infinity', 10, 12);
+\echo :LAST_ERROR_SQLSTATE
 SELECT snowflake_format(NULL) IS NULL AS strict_format, snowflake_from_timestamp(NULL) IS NULL AS strict_bound;
 
 -- Live IDs: increasing, with this server's machine id, time close to now.
