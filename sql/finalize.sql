@@ -24,8 +24,22 @@ CREATE VIEW segment_status AS
       FROM segment_status() s
       LEFT JOIN id_segment_remote r
         ON r.biz_tag::text OPERATOR(pg_catalog.=) s.tag
-       AND s.database OPERATOR(pg_catalog.=) pg_catalog.current_database();
-COMMENT ON VIEW segment_status IS 'pg_idgen: one row per (database, tag) cached in shared memory';
+       AND s.database OPERATOR(pg_catalog.=) pg_catalog.current_database()
+    UNION ALL
+    -- The tags of this database with nothing in shared memory (not drawn
+    -- since the server started, or their slot was freed): what the table
+    -- says, nothing cached, as pg_sequences lists every sequence.
+    SELECT pg_catalog.current_database()::text, t.tag, t.source,
+           NULL, NULL, NULL, 0, 0, 0, 0, 0, t.step, NULL, NULL, 0, 0, 0, 0, 0, 0, 0, 0,
+           NULL, NULL, NULL, NULL
+      FROM (SELECT l.biz_tag::text AS tag, 'local'::text AS source, l.step::bigint AS step
+              FROM id_segment l
+            UNION ALL
+            SELECT a.biz_tag::text, a.server::text, NULL::bigint FROM id_segment_remote a) t
+     WHERE NOT EXISTS (SELECT FROM segment_status() c
+                        WHERE c.database OPERATOR(pg_catalog.=) pg_catalog.current_database()
+                          AND c.tag OPERATOR(pg_catalog.=) t.tag);
+COMMENT ON VIEW segment_status IS 'pg_idgen: one row per segment tag: each (database, tag) cached in shared memory, and the idle tags of this database';
 
 REVOKE ALL ON segment_status FROM PUBLIC;
 REVOKE ALL ON FUNCTION segment_status() FROM PUBLIC;

@@ -240,3 +240,37 @@ CREATE FUNCTION snowflake_sequence(id bigint, epoch timestamp with time zone, ma
                                    sequence_bits int) RETURNS bigint
     IMMUTABLE STRICT PARALLEL SAFE
     LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_sequence_in_layout_wrapper';
+
+-- segment_status lists every tag of the database: the idle ones too, with
+-- what id_segment says (a view of its own columns can be made anew).
+DROP VIEW segment_status;
+CREATE VIEW segment_status AS
+    SELECT s.database, s.tag,
+           CASE WHEN s.database OPERATOR(pg_catalog.<>) pg_catalog.current_database() THEN NULL
+                ELSE coalesce(r.server::text, 'local') END AS source,
+           s.range_first, s.range_last, s.next_id, s.remaining_in_range, s.pct_used,
+           s.ranges_ahead, s.ids_ahead, s.safe_distance, s.step, s.steps_per_refill,
+           s.ids_per_refill, s.refills, s.cas_conflicts, s.refill_failures, s.waits, s.wait_ms,
+           s.fallback_ids, s.ids_taken, s.ids_per_second, s.last_refill, s.last_refill_ms,
+           s.last_error, s.worker_pid
+      FROM segment_status() s
+      LEFT JOIN id_segment_remote r
+        ON r.biz_tag::text OPERATOR(pg_catalog.=) s.tag
+       AND s.database OPERATOR(pg_catalog.=) pg_catalog.current_database()
+    UNION ALL
+    -- The tags of this database with nothing in shared memory (not drawn
+    -- since the server started, or their slot was freed): what the table
+    -- says, nothing cached, as pg_sequences lists every sequence.
+    SELECT pg_catalog.current_database()::text, t.tag, t.source,
+           NULL, NULL, NULL, 0, 0, 0, 0, 0, t.step, NULL, NULL, 0, 0, 0, 0, 0, 0, 0, 0,
+           NULL, NULL, NULL, NULL
+      FROM (SELECT l.biz_tag::text AS tag, 'local'::text AS source, l.step::bigint AS step
+              FROM id_segment l
+            UNION ALL
+            SELECT a.biz_tag::text, a.server::text, NULL::bigint FROM id_segment_remote a) t
+     WHERE NOT EXISTS (SELECT FROM segment_status() c
+                        WHERE c.database OPERATOR(pg_catalog.=) pg_catalog.current_database()
+                          AND c.tag OPERATOR(pg_catalog.=) t.tag);
+COMMENT ON VIEW segment_status IS 'pg_idgen: one row per segment tag: each (database, tag) cached in shared memory, and the idle tags of this database';
+REVOKE ALL ON segment_status FROM PUBLIC;
+GRANT SELECT ON segment_status TO pg_monitor;

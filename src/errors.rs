@@ -904,7 +904,7 @@ impl IdgenError {
             }
             IdgenError::TooManyTags { .. } => "Raise pg_idgen.max_tags in postgresql.conf and restart the server, or remove unused tags with segment_drop().".into(),
             IdgenError::WorkerNotStarted { .. } => {
-                "Raise max_worker_processes in postgresql.conf and restart the server.".into()
+                "Raise max_worker_processes in postgresql.conf and restart the server: pg_idgen takes one worker (its snowflake keeper; two with leases) and, while busy, one refill worker per database that draws segment IDs and one per central server those databases attach tags to, beside parallel query and other extensions.".into()
             }
             IdgenError::RefillTimeout { .. } => "Check the server log and segment_status for the refill worker's errors, and whether a session holds a lock on the id_segment row; raise pg_idgen.refill_timeout if refills are just slow.".into(),
             IdgenError::BadSetting { hint, .. } => hint.clone(),

@@ -78,8 +78,10 @@ def test_a_paused_worker_never_refills_a_slot_another_database_took_over(make_cl
         # db2's first call takes a slot (the one 'x' freed: the only other
         # slots were never used). db2's worker pauses at the same failpoint.
         drawer, drawn = in_thread(lambda: draw_new(c, db2, "y", 300, refill_timeout="60s"))
+        # segment_status() itself: the view lists idle tags too.
         taken = wait_for(lambda: fp.reached_pid() != paused_pid
-                         or status_row(c, "y", "tag", dbname=db2) is not None, timeout=REACH_TIMEOUT)
+                         or c.sql("SELECT 1 FROM segment_status() WHERE tag = 'y' AND database = %s",
+                                  (db2,), dbname=db2), timeout=REACH_TIMEOUT)
         assert taken, "db2's call of 'y' neither took a slot nor woke db2's worker"
         time.sleep(0.2)
     finally:

@@ -38,6 +38,15 @@ SELECT min(id), max(id), count(DISTINCT id)
   FROM (SELECT segment_nextval('invoices') AS id FROM generate_series(1, 500)) drawn;
 SELECT step FROM segment_status WHERE tag = 'invoices';
 
+-- segment_status lists every tag of the database, idle ones too (what
+-- id_segment says, nothing cached), each once.
+SELECT segment_create('idle', step => 50);
+SELECT tag, source, step, remaining_in_range, refills, worker_pid FROM segment_status WHERE tag = 'idle';
+SELECT segment_nextval('idle');
+SELECT tag, source, step, refills > 0 AS refilled FROM segment_status WHERE tag = 'idle';
+SELECT count(*) = count(DISTINCT tag) AS each_tag_once FROM segment_status;
+SELECT segment_drop('idle');
+
 -- segment_drop removes the row and the cached ranges.
 SELECT segment_drop('invoices');
 SELECT count(*) FROM id_segment WHERE biz_tag = 'invoices';
