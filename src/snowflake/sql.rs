@@ -185,7 +185,8 @@ fn layout_given(epoch: TimestampWithTimeZone, machine_bits: i32, sequence_bits: 
             "machine_bits {machine_bits} and sequence_bits {sequence_bits} must be at least 0 and 1, and leave time bits of the 63"
         ))
     };
-    let epoch_ms = (i128::from(epoch.into_inner()) + i128::from(PG_EPOCH_UNIX_MICROS)).div_euclid(1000);
+    let epoch_ms =
+        (i128::from(epoch.into_inner()) + i128::from(PG_EPOCH_UNIX_MICROS)).div_euclid(1000);
     let epoch_ms = i64::try_from(epoch_ms).unwrap_or(i64::MAX);
     Layout::new(epoch_ms, 63 - machine - sequence, machine, sequence, 63).unwrap_or_else(|_| {
         bad(format!(
