@@ -7,6 +7,7 @@ REVOKE ALL ON FUNCTION segment_nextval(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION segment_nextval(text, int) FROM PUBLIC;
 REVOKE ALL ON FUNCTION segment_create(text, bigint, int) FROM PUBLIC;
 REVOKE ALL ON FUNCTION segment_drop(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION segment_setval(text, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION segment_attach(text, text, text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION segment_reserve(text, int) FROM PUBLIC;
 

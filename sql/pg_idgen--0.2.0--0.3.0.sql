@@ -274,3 +274,14 @@ CREATE VIEW segment_status AS
 COMMENT ON VIEW segment_status IS 'pg_idgen: one row per segment tag: each (database, tag) cached in shared memory, and the idle tags of this database';
 REVOKE ALL ON segment_status FROM PUBLIC;
 GRANT SELECT ON segment_status TO pg_monitor;
+
+-- segment_setval and segment_currval, as setval and currval for a
+-- sequence (src/segment/ddl.rs, src/segment/sql.rs). Setting needs the
+-- grant segment_create needs; currval tells a session only its own.
+CREATE FUNCTION segment_setval(tag text, value bigint) RETURNS bigint
+    VOLATILE PARALLEL UNSAFE
+    LANGUAGE c AS 'MODULE_PATHNAME', 'segment_setval_wrapper';
+REVOKE ALL ON FUNCTION segment_setval(text, bigint) FROM PUBLIC;
+CREATE FUNCTION segment_currval(tag text) RETURNS bigint
+    VOLATILE PARALLEL UNSAFE
+    LANGUAGE c AS 'MODULE_PATHNAME', 'segment_currval_wrapper';

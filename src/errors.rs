@@ -297,6 +297,23 @@ pub enum IdgenError {
     MachineIdNotSet {
         function: &'static str,
     },
+    /// `segment_currval` before this session drew the tag.
+    CurrvalNotYetDefined {
+        tag: String,
+    },
+    /// `segment_setval` of a tag attached to a central server.
+    SetvalOfAttachedTag {
+        tag: String,
+        server: String,
+    },
+    /// `segment_setval` of a tag the calling transaction created.
+    SetvalOfNewTag {
+        tag: String,
+    },
+    /// `segment_setval` to a negative value.
+    BadSetvalValue {
+        value: i64,
+    },
     /// The layout arguments of an IMMUTABLE snowflake helper make no
     /// layout.
     BadLayoutArgument {
@@ -618,6 +635,10 @@ impl IdgenError {
             IdgenError::MachineIdNotSet { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             IdgenError::FallbackNeedsMachineId => ERRCODE_INVALID_PARAMETER_VALUE,
             IdgenError::BadLayoutArgument { .. } => ERRCODE_INVALID_PARAMETER_VALUE,
+            IdgenError::CurrvalNotYetDefined { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            IdgenError::SetvalOfAttachedTag { .. } => ERRCODE_FEATURE_NOT_SUPPORTED,
+            IdgenError::SetvalOfNewTag { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            IdgenError::BadSetvalValue { .. } => ERRCODE_INVALID_PARAMETER_VALUE,
             IdgenError::PersistAheadAboveMaxLead { .. } => ERRCODE_INVALID_PARAMETER_VALUE,
             IdgenError::HostnameMachineIdDoubt { .. } => ERRCODE_WARNING,
             IdgenError::StateFileWriteFailed { .. } => ERRCODE_IO_ERROR,
@@ -818,6 +839,18 @@ impl IdgenError {
                 "{function} needs pg_idgen.machine_id, which is not set on this server"
             ),
             IdgenError::BadLayoutArgument { problem } => format!("invalid snowflake layout: {problem}"),
+            IdgenError::CurrvalNotYetDefined { tag } => {
+                format!("currval of segment tag \"{tag}\" is not yet defined in this session")
+            }
+            IdgenError::SetvalOfAttachedTag { tag, server } => format!(
+                "segment tag \"{tag}\" takes its ranges from central server \"{server}\": segment_setval cannot move it here"
+            ),
+            IdgenError::SetvalOfNewTag { tag } => format!(
+                "segment tag \"{tag}\" was created by this transaction, which has not committed"
+            ),
+            IdgenError::BadSetvalValue { value } => {
+                format!("segment_setval value must be 0 or more, got {value}")
+            }
             IdgenError::FallbackNeedsMachineId => "pg_idgen.snowflake_fallback cannot be on: pg_idgen.machine_id is not set on this server".into(),
             IdgenError::PersistAheadAboveMaxLead { persist_ahead_ms, max_lead_ms, window_ms } => format!(
                 "pg_idgen.snowflake_persist_ahead ({persist_ahead_ms} ms) is above pg_idgen.snowflake_max_lead ({max_lead_ms} ms): the snowflake keeper writes the high-water mark at most {window_ms} ms ahead"
@@ -926,7 +959,7 @@ impl IdgenError {
             IdgenError::BadSnowflakeText { .. } => "Use the form yyyyMMddHHmmssSSS-machine-sequence in UTC, as snowflake_format() writes it, e.g. 20250623131730192-1-0.".into(),
             IdgenError::TimestampOutOfRange { .. } => "Pass a finite timestamp between pg_idgen.snowflake_epoch and the end of the layout's time bits.".into(),
             IdgenError::Internal { .. } => "This is a bug in pg_idgen; please report it with the server log.".into(),
-            IdgenError::MaxIdDecrease { .. } => "Leave max_id where it is. To lower it on purpose, knowing that IDs above the new value will be handed out again, a superuser runs the UPDATE after SET LOCAL pg_idgen.allow_max_id_decrease = on in the same transaction.".into(),
+            IdgenError::MaxIdDecrease { from, .. } => format!("Keep max_id at {from} or above. To lower it on purpose, knowing that IDs above the new value will be handed out again, a superuser runs the UPDATE (or segment_setval) after SET LOCAL pg_idgen.allow_max_id_decrease = on in the same transaction."),
             IdgenError::TagRenamed { to, .. } => format!("To give a table a new tag, create it with segment_create({}, start => <above every ID in use>) and drop the old one with segment_drop(). A superuser who means it runs the UPDATE after SET LOCAL pg_idgen.allow_max_id_decrease = on.", quote_literal(to)),
             IdgenError::MaxIdNotRaised { .. } => "The transaction is rolled back so that no ID can come out twice. Remove what blocks the UPDATE of the row (a trigger, rule or row-level security policy on id_segment, or READ ONLY), or draw the tag's IDs after the transaction that creates it has committed.".into(),
             IdgenError::RowHeldByCaller { .. } => "Commit or roll back the change to the id_segment row first (the refill worker waits for it), or draw the IDs before changing the row.".into(),
@@ -943,6 +976,20 @@ impl IdgenError {
             IdgenError::RangeNotCached { .. } => "This is a bug in pg_idgen; the range is skipped and no ID repeats.".into(),
             IdgenError::WorkerExitedWhileStarting { .. } => "The server log has the worker's error (look for \"pg_idgen refill worker\"); the next call that needs IDs starts it again.".into(),
             IdgenError::FallbackWithoutMachineId { .. } | IdgenError::FallbackNeedsMachineId => "Servers that fall back together need machine ids of their own, or they hand out the same IDs. Set pg_idgen.machine_id to a number no other server uses (or 'hostname', or 'lease') in postgresql.conf and restart.".into(),
+            IdgenError::CurrvalNotYetDefined { tag } => format!(
+                "Call segment_nextval({}) in this session first.",
+                quote_literal(tag)
+            ),
+            IdgenError::SetvalOfAttachedTag { tag, .. } => format!(
+                "Run SELECT segment_setval({}, <value>) on the central server, in the database the tag is attached to. This server hands out the IDs it has cached first (up to pg_idgen.remote_cache_ahead of its demand); to drop them at once, run segment_drop({}) and segment_attach again here.",
+                quote_literal(tag),
+                quote_literal(tag)
+            ),
+            IdgenError::SetvalOfNewTag { tag } => format!(
+                "Commit the transaction that ran segment_create, or pass the start to segment_create({}, start => <value + 1>) instead.",
+                quote_literal(tag)
+            ),
+            IdgenError::BadSetvalValue { .. } => "Pass the largest ID in use, or 0: the next ID is above it.".into(),
             IdgenError::BadLayoutArgument { .. } => "Pass the layout the IDs were made with: pg_idgen.snowflake_epoch, pg_idgen.snowflake_machine_bits and pg_idgen.snowflake_sequence_bits (SHOW them, or see snowflake_status); the time takes the rest of the 63 bits.".into(),
             IdgenError::PersistAheadAboveMaxLead { .. } => "After a crash, IDs resume up to pg_idgen.snowflake_persist_ahead ahead of the clock, and every call would wait for the clock beyond pg_idgen.snowflake_max_lead: lower snowflake_persist_ahead, or raise snowflake_max_lead, and reload.".into(),
             IdgenError::MachineIdNotSet { .. } => "Every server that issues snowflake IDs needs a machine id no other server uses: set pg_idgen.machine_id in postgresql.conf to a number (0 is fine for a single server), to 'hostname' (pods of a StatefulSet) or to 'lease' (from a central server), and restart.".into(),

@@ -1,4 +1,5 @@
-//! A tag's DDL: `segment_create`, `segment_drop` and `segment_attach`.
+//! A tag's DDL: `segment_create`, `segment_drop`, `segment_setval` and
+//! `segment_attach`.
 //!
 //! A tag has one source of ranges: a row in the local `id_segment`
 //! (`segment_create`), or a central server's `id_segment` reached through
@@ -7,6 +8,14 @@
 //! lock (`tag::lock_tag`) and check the other table with the latest
 //! snapshot, so a tag never gets both. `segment_drop` removes either, and
 //! the tag's cached ranges with it.
+//!
+//! `segment_setval` moves a local tag's next ID above a value, for every
+//! session at once: it locks the row (waiting for a refill in flight),
+//! writes the new `max_id`, then frees the tag's slot, so that no range
+//! cached or still being published before survives (a freed slot's
+//! generation refuses a late publish). Transactional like the UPDATE it
+//! is: rolled back, it leaves `max_id` as it was (the cached IDs it gave
+//! up are a gap); committed, it is as durable as that commit.
 //!
 //! `segment_attach` checks the server (postgres_fdw, with a
 //! `connect_timeout`, and `options` that pin the central session:
@@ -21,7 +30,7 @@
 use super::created_here;
 use super::distributor::{read_origin, record_position};
 use super::registry::registry_or_raise;
-use super::sql::forget_resolved;
+use super::sql::{forget_resolved, note_last_of_tag};
 use super::tag::{self, check_tag, current_table_oid, table_name};
 use crate::catalog::{my_database, quote_identifier, quote_literal, table_schema};
 use crate::errors::{required, IdgenError};
@@ -157,6 +166,92 @@ fn segment_drop(tag: Option<&str>, fcinfo: pg_sys::FunctionCallInfo) {
         }
         .raise();
     }
+}
+
+/// `segment_setval(tag, value)`: the next ID of `tag` is above `value`, in
+/// every session at once (the cached ranges are given up, as `setval`
+/// gives up a sequence's cache); returns `value`, which becomes this
+/// session's `segment_currval`. Below IDs the table says were handed out
+/// (`max_id`) it is refused unless a superuser turned
+/// `pg_idgen.allow_max_id_decrease` on. Local tags only.
+#[pg_extern(volatile, parallel_unsafe)]
+fn segment_setval(tag: Option<&str>, value: Option<i64>, fcinfo: pg_sys::FunctionCallInfo) -> i64 {
+    let registry = registry_or_raise();
+    let (tag, value) = (required(tag, "segment tag"), required(value, "value"));
+    check_tag(tag.as_bytes());
+    if value < 0 {
+        IdgenError::BadSetvalValue { value }.raise();
+    }
+    if created_here::is_created_here(tag.as_bytes()) {
+        IdgenError::SetvalOfNewTag {
+            tag: tag.to_string(),
+        }
+        .raise();
+    }
+    let table_oid = current_table_oid(fcinfo);
+    let table = table_name(table_oid);
+    tag::lock_tag(table_oid, tag);
+    let result = Spi::connect_mut(|client| -> Result<(), IdgenError> {
+        if let Some(remote) = tag::remote_table_name(table_oid) {
+            let attached = client
+                .select(
+                    &format!(
+                        "SELECT server::pg_catalog.text FROM {remote} WHERE biz_tag OPERATOR(pg_catalog.=) $1"
+                    ),
+                    Some(1),
+                    &[tag.into()],
+                )
+                .map_err(spi_failed("segment_setval: attached"))?;
+            if let Some(server) = attached.first().get::<String>(1).ok().flatten() {
+                return Err(IdgenError::SetvalOfAttachedTag {
+                    tag: tag.into(),
+                    server,
+                });
+            }
+        }
+        // The row lock waits for a refill in flight to commit or roll back.
+        let rows = client
+            .update(
+                &format!(
+                    "SELECT max_id FROM {table} WHERE biz_tag OPERATOR(pg_catalog.=) $1 FOR UPDATE"
+                ),
+                Some(1),
+                &[tag.into()],
+            )
+            .map_err(spi_failed("segment_setval: read"))?;
+        let Some(max_id) = rows.first().get::<i64>(1).ok().flatten() else {
+            return Err(IdgenError::UnknownTag { tag: tag.into() });
+        };
+        if value < max_id && !crate::gucs::ALLOW_MAX_ID_DECREASE.get() {
+            return Err(IdgenError::MaxIdDecrease {
+                tag: tag.into(),
+                from: max_id,
+                to: value,
+            });
+        }
+        client
+            .update(
+                &format!(
+                    "UPDATE {table} SET max_id = $2, version = version OPERATOR(pg_catalog.+) 1, \
+                            updated_at = pg_catalog.now() \
+                      WHERE biz_tag OPERATOR(pg_catalog.=) $1"
+                ),
+                None,
+                &[tag.into(), value.into()],
+            )
+            .map_err(spi_failed("segment_setval: write"))?;
+        Ok(())
+    });
+    if let Err(e) = result {
+        e.raise();
+    }
+    // After the write, with the row locked: a refill that read the row
+    // before has committed, and its range, published or not, goes with the
+    // slot; the next refill waits for this transaction.
+    registry.free(my_database(), tag.as_bytes());
+    forget_resolved(tag.as_bytes());
+    note_last_of_tag(tag.as_bytes(), value);
+    value
 }
 
 fn spi_failed(context: &'static str) -> impl Fn(pgrx::spi::Error) -> IdgenError {

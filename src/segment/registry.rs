@@ -306,6 +306,13 @@ impl Registry {
             .map(|(i, _)| i)
     }
 
+    /// The slot of `(database, tag)` and its generation, if it has one.
+    pub fn find(&self, database: u32, tag: &[u8]) -> Option<(usize, u64)> {
+        let _shared = self.lock(false);
+        let index = self.find_locked(database, tag)?;
+        Some((index, self.slot(index).generation.load(Ordering::Acquire)))
+    }
+
     /// The slot of `(database, tag)`, assigned now if it has none.
     pub fn lookup_or_assign(&self, database: u32, tag: &[u8]) -> Lookup {
         assert!(tag.len() <= TAG_MAX_BYTES);

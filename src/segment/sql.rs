@@ -1,6 +1,7 @@
 //! The SQL functions that hand out segment IDs: `segment_nextval(tag)`
-//! (the fast path), `segment_nextval(tag, n)` and `segment_reserve`. A
-//! tag's DDL is `ddl.rs`'s.
+//! (the fast path), `segment_nextval(tag, n)` and `segment_reserve`, and
+//! `segment_currval(tag)`, the last of them this session got. A tag's DDL
+//! (and `segment_setval`) is `ddl.rs`'s.
 //!
 //! `segment_nextval(text)` is a hand-written V1 C function rather than a
 //! `#[pg_extern]`, because its speed is the product: it keeps the resolved
@@ -36,7 +37,7 @@ use pgrx::pg_sys;
 use pgrx::prelude::*;
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// How long one sleep of a waiting caller lasts before it looks again (and
@@ -64,6 +65,87 @@ thread_local! {
     /// Tags this backend has resolved: `tag → (slot index, generation)`.
     /// PostgreSQL backends are single-threaded, so this is per backend.
     static RESOLVED: RefCell<HashMap<Vec<u8>, (usize, u64)>> = RefCell::new(HashMap::new());
+}
+
+/// The last ID this backend got from a slot (`segment_currval`), with the
+/// slot's generation then and the order of the call (`LAST_STAMP`). Kept
+/// per slot index so that the fast path records it with three relaxed
+/// stores, no hashing; a backend is one single-threaded process, so the
+/// atomics only make the statics `Sync`.
+struct LastId {
+    generation: AtomicU64,
+    id: AtomicI64,
+    stamp: AtomicU64,
+}
+
+static LAST_IDS: once_cell::sync::OnceCell<Box<[LastId]>> = once_cell::sync::OnceCell::new();
+static LAST_STAMP: AtomicU64 = AtomicU64::new(0);
+
+fn next_stamp() -> u64 {
+    let stamp = LAST_STAMP.load(Ordering::Relaxed) + 1;
+    LAST_STAMP.store(stamp, Ordering::Relaxed);
+    stamp
+}
+
+thread_local! {
+    /// `segment_currval` of IDs that came from no slot (a tag created by
+    /// the calling transaction), and of `segment_setval`: tag → (value,
+    /// stamp).
+    static LAST_BY_TAG: RefCell<HashMap<Vec<u8>, (i64, u64)>> = RefCell::new(HashMap::new());
+}
+
+/// Records `id` as the last this backend got from slot `index`.
+#[inline]
+fn note_last(registry: &Registry, index: usize, generation: u64, id: i64) {
+    let last = LAST_IDS.get_or_init(|| {
+        (0..registry.max_tags())
+            .map(|_| LastId {
+                generation: AtomicU64::new(0),
+                id: AtomicI64::new(0),
+                stamp: AtomicU64::new(0),
+            })
+            .collect()
+    });
+    if let Some(last) = last.get(index) {
+        last.generation.store(generation, Ordering::Relaxed);
+        last.id.store(id, Ordering::Relaxed);
+        last.stamp.store(next_stamp(), Ordering::Relaxed);
+    }
+}
+
+/// Records `value` as `tag`'s last in this backend (an ID from no slot, or
+/// `segment_setval`).
+pub fn note_last_of_tag(tag: &[u8], value: i64) {
+    let stamp = next_stamp();
+    LAST_BY_TAG.with(|map| map.borrow_mut().insert(tag.to_vec(), (value, stamp)));
+}
+
+/// `segment_currval(tag)`: the last ID `segment_nextval` gave this session
+/// for `tag` (or the value of its `segment_setval`), as `currval` does for a
+/// sequence; 55000 if there is none. A slot freed since (its tag dropped or
+/// set) no longer counts.
+#[pg_extern(volatile, parallel_unsafe)]
+fn segment_currval(tag: Option<&str>) -> i64 {
+    let registry = registry_or_raise();
+    let tag = required(tag, "segment tag");
+    check_tag(tag.as_bytes());
+    let from_slot = registry
+        .find(my_database(), tag.as_bytes())
+        .and_then(|(index, generation)| {
+            let last = LAST_IDS.get()?.get(index)?;
+            let stamp = last.stamp.load(Ordering::Relaxed);
+            (stamp > 0 && last.generation.load(Ordering::Relaxed) == generation)
+                .then(|| (last.id.load(Ordering::Relaxed), stamp))
+        });
+    let by_tag = LAST_BY_TAG.with(|map| map.borrow().get(tag.as_bytes()).copied());
+    match (from_slot, by_tag) {
+        (Some(a), Some(b)) => std::cmp::max_by_key(a, b, |&(_, stamp)| stamp).0,
+        (Some((id, _)), None) | (None, Some((id, _))) => id,
+        (None, None) => IdgenError::CurrvalNotYetDefined {
+            tag: tag.to_string(),
+        }
+        .raise(),
+    }
 }
 
 /// Forgets what this backend resolved `tag` to (`segment_drop`).
@@ -548,7 +630,9 @@ pub unsafe extern "C-unwind" fn segment_nextval_fast(
             && (site.arg_is_const || text_bytes(arg.value) == &site.tag[..site.tag_len])
         {
             if let Some(taken) = registry.slot(site.index).take_for(site.generation) {
-                return pg_sys::Datum::from(after_take(registry, site.index, taken));
+                let id = after_take(registry, site.index, taken);
+                note_last(registry, site.index, site.generation, id);
+                return pg_sys::Datum::from(id);
             }
         }
     }
@@ -575,9 +659,13 @@ pub unsafe extern "C-unwind" fn segment_nextval_fast(
     let (id, from_slot) = next_id(registry, tag, site.table_oid);
     // Remember the slot for the next call of this call site.
     site.has_slot = from_slot.is_some();
-    if let Some((index, generation)) = from_slot {
-        site.index = index;
-        site.generation = generation;
+    match from_slot {
+        Some((index, generation)) => {
+            site.index = index;
+            site.generation = generation;
+            note_last(registry, index, generation, id);
+        }
+        None => note_last_of_tag(tag, id),
     }
     site.tag_len = tag.len();
     site.tag[..tag.len()].copy_from_slice(tag);
@@ -606,6 +694,8 @@ struct Batch {
     left_in_run: u64,
     slot: (usize, u64),
     takes_seen: u64,
+    /// The last ID came from `slot` (false: from no slot).
+    from_slot: bool,
 }
 
 impl Batch {
@@ -640,6 +730,7 @@ impl Batch {
     fn take(&mut self) -> i64 {
         self.block = None;
         loop {
+            self.from_slot = false;
             match resolve(self.registry, &self.tag, self.table_oid) {
                 Source::OwnTransaction => {
                     return created_here::next_id(&self.tag).unwrap_or_else(|| {
@@ -650,6 +741,8 @@ impl Batch {
                     })
                 }
                 Source::Slot { index, generation } => {
+                    self.slot = (index, generation);
+                    self.from_slot = true;
                     let wanted = self.remaining.min(BATCH_CHUNK);
                     if let Some(block) = take_block(self.registry, index, generation, wanted) {
                         let (first, len) = block.runs()[0];
@@ -687,10 +780,15 @@ impl Iterator for Batch {
             return None;
         }
         self.remaining -= 1;
-        Some(match self.next_held() {
+        let id = match self.next_held() {
             Some(id) => id,
             None => self.take(),
-        })
+        };
+        match self.from_slot {
+            true => note_last(self.registry, self.slot.0, self.slot.1, id),
+            false => note_last_of_tag(&self.tag, id),
+        }
+        Some(id)
     }
 }
 
@@ -721,6 +819,7 @@ fn segment_nextval_many(
         left_in_run: 0,
         slot: (0, 0),
         takes_seen: 0,
+        from_slot: false,
     })
 }
 

@@ -1,6 +1,7 @@
 """The calling-context matrix of segment_nextval (issue 9, point 1; design
 §2.1 and §6): every place a user can call it from, each with the tag
-changing between calls inside one statement or one transaction.
+changing between calls inside one statement or one transaction; after
+each, segment_currval of both tags in the same session.
 
 Two tags: 'a' (start 1, step 10) and 'b' (start 1e9, step 10); the worker
 takes one step per refill (max_ids_ahead = 1), so every context crosses
@@ -449,6 +450,12 @@ def test_segment_nextval_keeps_each_tag_apart_in_every_calling_context(matrix, c
         pairs = CONTEXTS[context](conn)
         if not conn.autocommit:
             conn.commit()
+        # segment_currval: the last ID of each tag this session got, from
+        # whatever context it came (IDs of a session increase).
+        for tag in TAGS:
+            ids = [i for t, i in pairs if t == tag]
+            (current,), = conn.execute("SELECT segment_currval(%s)", (tag,)).fetchall()
+            assert current == max(ids), f"segment_currval('{tag}') = {current}, last drawn {max(ids)}"
     check_pairs(rows, seen, context, pairs)
 
 

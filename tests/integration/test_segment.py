@@ -11,6 +11,7 @@ import psycopg
 import pytest
 from psycopg import errors
 
+from adversary import paused
 from helpers import assert_increasing, assert_unique, row_locked, wait_for
 
 
@@ -377,3 +378,41 @@ def _expect_error(conn, caught):
         conn.execute("SELECT segment_nextval('shown')")
     except psycopg.Error as e:
         caught.append(e)
+
+
+def test_segment_setval_moves_every_session_above_the_value_even_with_a_refill_in_flight(lc):
+    """Session A draws (its tag's ranges are cached in shared memory); the
+    worker is stopped between its CAS commit and publishing the next range
+    (worker-before-publish); session B runs segment_setval(tag, v) from a
+    PL/pgSQL function and returns while the worker is still stopped. Once
+    released, the range it took before the setval is never handed out:
+    every ID A draws next is above v, none repeats; segment_currval follows
+    in each session. Then the same from a prepared statement and a DO
+    block, each time above the new value."""
+    db = lc.new_database()
+    lc.sql("SELECT segment_create('t', step => 100)", dbname=db)
+    lc.sql("CREATE FUNCTION set_t(v bigint) RETURNS bigint LANGUAGE plpgsql "
+           "AS $$ BEGIN RETURN segment_setval('t', v); END $$", dbname=db)
+    with lc.connect(db) as a, lc.connect(db) as b:
+        drawn = [r[0] for r in a.execute("SELECT segment_nextval('t') FROM generate_series(1, 150)")]
+        with paused(lc, "worker-before-publish",
+                    trigger=lambda: lc.sql("SELECT segment_nextval('t') FROM generate_series(1, 5)",
+                                           dbname=db)):
+            (max_id,), = lc.sql("SELECT max_id FROM id_segment WHERE biz_tag = 't'", dbname=db)
+            value = max_id + 1_000
+            assert b.execute("SELECT set_t(%s)", (value,)).fetchone() == (value,)
+        after = [r[0] for r in a.execute("SELECT segment_nextval('t') FROM generate_series(1, 500)")]
+        assert min(after) > value, (min(after), value)
+        assert a.execute("SELECT segment_currval('t')").fetchone() == (max(after),)
+        assert b.execute("SELECT segment_currval('t')").fetchone() == (value,)
+        for how in ("prepared", "do"):
+            (max_id,), = lc.sql("SELECT max_id FROM id_segment WHERE biz_tag = 't'", dbname=db)
+            value = max_id + 10_000
+            if how == "prepared":
+                b.execute("SELECT segment_setval('t', %s)", (value,), prepare=True)
+            else:
+                b.execute(f"DO $$ BEGIN PERFORM segment_setval('t', {value}); END $$")
+            more = [r[0] for r in a.execute("SELECT segment_nextval('t') FROM generate_series(1, 300)")]
+            assert min(more) > value, (how, min(more), value)
+            after += more
+    assert_unique(drawn + after)

@@ -47,6 +47,39 @@ SELECT tag, source, step, refills > 0 AS refilled FROM segment_status WHERE tag 
 SELECT count(*) = count(DISTINCT tag) AS each_tag_once FROM segment_status;
 SELECT segment_drop('idle');
 
+-- segment_currval and segment_setval, as currval and setval.
+SELECT segment_create('counter', step => 100);
+SELECT segment_currval('counter');
+\echo :LAST_ERROR_SQLSTATE
+SELECT segment_nextval('counter') AS first, segment_currval('counter') AS current;
+SELECT segment_setval('counter', 5000);
+SELECT segment_currval('counter') AS after_setval;
+SELECT segment_nextval('counter') > 5000 AS above_the_value, segment_currval('counter') > 5000 AS current_follows;
+SELECT max_id >= 5000 AS row_moved FROM id_segment WHERE biz_tag = 'counter';
+SELECT segment_setval('counter', 10);
+\echo :LAST_ERROR_SQLSTATE
+SELECT segment_setval('counter', -1);
+\echo :LAST_ERROR_SQLSTATE
+SELECT segment_setval('no_such_tag', 10);
+\echo :LAST_ERROR_SQLSTATE
+SELECT segment_setval(NULL, 10);
+\echo :LAST_ERROR_SQLSTATE
+SELECT segment_currval(NULL);
+\echo :LAST_ERROR_SQLSTATE
+BEGIN;
+SELECT segment_create('brand_new');
+SELECT segment_setval('brand_new', 10);
+ROLLBACK;
+\echo :LAST_ERROR_SQLSTATE
+-- Rolled back, the row stays where it was; the cache given up is a gap.
+BEGIN;
+SELECT segment_setval('counter', 1000000);
+SELECT segment_nextval('counter');
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
+SELECT segment_nextval('counter') BETWEEN 5001 AND 1000000 AS not_moved;
+SELECT segment_drop('counter');
+
 -- segment_drop removes the row and the cached ranges.
 SELECT segment_drop('invoices');
 SELECT count(*) FROM id_segment WHERE biz_tag = 'invoices';

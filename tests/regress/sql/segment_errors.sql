@@ -213,6 +213,8 @@ SELECT segment_attach('far', 'loop', remote_schema => 'central');
 \echo :LAST_ERROR_SQLSTATE
 SELECT segment_create('far');
 \echo :LAST_ERROR_SQLSTATE
+SELECT segment_setval('far', 100000);
+\echo :LAST_ERROR_SQLSTATE
 -- The central table gone (renamed away): the refill's error names the
 -- central server, the cause and the fix.
 ALTER TABLE central.id_segment RENAME TO id_segment_away;
