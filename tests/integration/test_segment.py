@@ -416,3 +416,20 @@ def test_segment_setval_moves_every_session_above_the_value_even_with_a_refill_i
             assert min(more) > value, (how, min(more), value)
             after += more
     assert_unique(drawn + after)
+
+
+def test_every_function_table_view_and_column_of_the_extension_has_a_comment(lc):
+    """\\df+ and \\d+ describe everything pg_idgen creates."""
+    db = lc.new_database()
+    missing = lc.sql("""
+        SELECT pg_describe_object(d.classid, d.objid, 0) FROM pg_depend d
+         WHERE d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'pg_idgen') AND d.deptype = 'e'
+           AND d.classid IN ('pg_proc'::regclass, 'pg_class'::regclass)
+           AND obj_description(d.objid, d.classid::regclass::text) IS NULL
+        UNION ALL
+        SELECT format('column %s.%s', c.relname, a.attname)
+          FROM pg_depend d JOIN pg_class c ON c.oid = d.objid AND d.classid = 'pg_class'::regclass
+          JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+         WHERE d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'pg_idgen') AND d.deptype = 'e'
+           AND c.relkind IN ('r', 'v') AND col_description(c.oid, a.attnum) IS NULL""", dbname=db)
+    assert missing == [], missing

@@ -161,6 +161,12 @@ def test_a_0_1_0_database_updates_in_place_and_repeats_nothing(make_cluster, lib
     assert c.sql(views, dbname=db) == c.sql(views, dbname=fresh)
     triggers = "SELECT tgname, pg_get_triggerdef(oid) FROM pg_trigger WHERE NOT tgisinternal ORDER BY 1"
     assert c.sql(triggers, dbname=db) == c.sql(triggers, dbname=fresh)
+    # ... and the same descriptions (COMMENTs), columns included.
+    comments = ("SELECT pg_describe_object(classoid, objoid, objsubid), description FROM pg_description "
+                "WHERE description LIKE 'pg_idgen%' OR objoid IN (SELECT objid FROM pg_depend WHERE "
+                "refobjid = (SELECT oid FROM pg_extension WHERE extname = 'pg_idgen') AND deptype = 'e') "
+                "ORDER BY 1")
+    assert c.sql(comments, dbname=db) == c.sql(comments, dbname=fresh)
 
 
 def test_a_dump_taken_under_0_1_0_restores_under_the_current_version_above_every_id(
