@@ -5,6 +5,7 @@
 //! where the context allows it. The README's settings table mirrors this file.
 
 use pgrx::guc::{GucContext, GucFlags, GucRegistry, GucSetting};
+use pgrx::pg_sys;
 use std::ffi::CString;
 
 /// How many (database, tag) pairs shared memory holds.
@@ -37,7 +38,16 @@ pub static SNOWFLAKE_FALLBACK: GucSetting<bool> = GucSetting::<bool>::new(false)
 /// Lets a superuser's transaction lower `id_segment.max_id` on purpose.
 pub static ALLOW_MAX_ID_DECREASE: GucSetting<bool> = GucSetting::<bool>::new(false);
 
-pub fn register() {
+/// The check hooks of settings whose rules live with the code that reads
+/// them (`snowflake::config`): `lib.rs` passes them in, so that this module
+/// imports none of that code.
+pub struct CheckHooks {
+    pub machine_id: pg_sys::GucStringCheckHook,
+    pub epoch: pg_sys::GucStringCheckHook,
+    pub fallback: pg_sys::GucBoolCheckHook,
+}
+
+pub fn register(hooks: &CheckHooks) {
     GucRegistry::define_int_guc(
         c"pg_idgen.max_tags",
         c"Maximum number of segment tags (per database) kept in shared memory.",
@@ -116,7 +126,8 @@ pub fn register() {
         GucContext::Sighup,
         GucFlags::UNIT_MS,
     );
-    // SAFETY: the check hook is a #[pg_guard] function of this library.
+    // SAFETY: the check hook is a #[pg_guard] function of this library
+    // (`CheckHooks`).
     unsafe {
         GucRegistry::define_bool_guc_with_hooks(
             c"pg_idgen.snowflake_fallback",
@@ -125,7 +136,7 @@ pub fn register() {
             &SNOWFLAKE_FALLBACK,
             GucContext::Suset,
             GucFlags::default(),
-            Some(crate::snowflake::config::check_fallback),
+            hooks.fallback,
             None,
             None,
         );
@@ -168,7 +179,7 @@ pub static LEASE_HOLDER: GucSetting<Option<CString>> = GucSetting::<Option<CStri
 pub static LEASE_DURATION_MS: GucSetting<i32> = GucSetting::<i32>::new(20_000);
 pub static LEASE_MARGIN_MS: GucSetting<i32> = GucSetting::<i32>::new(1_000);
 
-pub fn register_snowflake() {
+pub fn register_snowflake(hooks: &CheckHooks) {
     GucRegistry::define_string_guc(
         c"pg_idgen.snowflake_database",
         c"The database whose pg_idgen table snowflake_high_water holds the snowflake high-water mark.",
@@ -221,7 +232,8 @@ pub fn register_snowflake() {
         GucContext::Postmaster,
         GucFlags::UNIT_MS,
     );
-    // SAFETY: the check hooks are #[pg_guard] functions of this library.
+    // SAFETY: the check hooks are #[pg_guard] functions of this library
+    // (`CheckHooks`).
     unsafe {
         GucRegistry::define_string_guc_with_hooks(
             c"pg_idgen.machine_id",
@@ -230,7 +242,7 @@ pub fn register_snowflake() {
             &MACHINE_ID,
             GucContext::Postmaster,
             GucFlags::default(),
-            Some(crate::snowflake::config::check_machine_id),
+            hooks.machine_id,
             None,
             None,
         );
@@ -241,7 +253,7 @@ pub fn register_snowflake() {
             &SNOWFLAKE_EPOCH,
             GucContext::Postmaster,
             GucFlags::default(),
-            Some(crate::snowflake::config::check_epoch),
+            hooks.epoch,
             None,
             None,
         );

@@ -39,8 +39,13 @@ pub extern "C-unwind" fn _PG_init() {
     if !unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
         return;
     }
-    gucs::register();
-    gucs::register_snowflake();
+    let hooks = gucs::CheckHooks {
+        machine_id: Some(snowflake::config::check_machine_id),
+        epoch: Some(snowflake::config::check_epoch),
+        fallback: Some(snowflake::config::check_fallback),
+    };
+    gucs::register(&hooks);
+    gucs::register_snowflake(&hooks);
     // SAFETY: called once from _PG_init with a static C string.
     unsafe { pg_sys::MarkGUCPrefixReserved(c"pg_idgen".as_ptr()) };
     // The first step that may raise: from here on, no error a client sees
