@@ -156,20 +156,29 @@ fn current_layout() -> Option<Layout> {
     .ok()
 }
 
-/// The text a string check hook is given (NULL: empty).
+/// The body of a string setting's check hook: outside the postmaster,
+/// `problem` of the text given decides; a refusal carries its message.
 ///
 /// # Safety
-/// `newval` is the hook's argument.
-unsafe fn hook_text(newval: *mut *mut std::ffi::c_char) -> String {
-    // SAFETY: the caller's contract: a pointer to a NUL-terminated string
-    // or to NULL.
-    unsafe {
-        if newval.is_null() || (*newval).is_null() {
-            return String::new();
+/// `newval` is the hook's argument: a pointer to a NUL-terminated string
+/// or to NULL.
+unsafe fn check_text<T>(
+    newval: *mut *mut std::ffi::c_char,
+    problem: impl FnOnce(&str) -> Result<T, IdgenError>,
+) -> bool {
+    if in_postmaster() {
+        return true;
+    }
+    // SAFETY: the caller's contract.
+    let text = unsafe {
+        match newval.as_ref().filter(|p| !p.is_null()) {
+            Some(&p) => std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned(),
+            None => String::new(),
         }
-        std::ffi::CStr::from_ptr(*newval)
-            .to_string_lossy()
-            .into_owned()
+    };
+    match problem(&text) {
+        Ok(_) => true,
+        Err(e) => refuse_in_check_hook(&e),
     }
 }
 
@@ -182,14 +191,11 @@ pub unsafe extern "C-unwind" fn check_machine_id(
     _extra: *mut *mut std::ffi::c_void,
     _source: pg_sys::GucSource::Type,
 ) -> bool {
-    if in_postmaster() {
-        return true;
-    }
     // SAFETY: the hook's own argument.
-    let text = unsafe { hook_text(newval) };
-    match machine_problem(&text, current_layout().as_ref()) {
-        Ok(_) => true,
-        Err(e) => refuse_in_check_hook(&e),
+    unsafe {
+        check_text(newval, |text| {
+            machine_problem(text, current_layout().as_ref())
+        })
     }
 }
 
@@ -200,15 +206,8 @@ pub unsafe extern "C-unwind" fn check_epoch(
     _extra: *mut *mut std::ffi::c_void,
     _source: pg_sys::GucSource::Type,
 ) -> bool {
-    if in_postmaster() {
-        return true;
-    }
     // SAFETY: the hook's own argument.
-    let text = unsafe { hook_text(newval) };
-    match epoch_problem(&text) {
-        Ok(_) => true,
-        Err(e) => refuse_in_check_hook(&e),
-    }
+    unsafe { check_text(newval, epoch_problem) }
 }
 
 /// Check hook of `pg_idgen.snowflake_fallback`: it cannot be turned on
