@@ -419,14 +419,7 @@ impl Keeper {
         }
         self.watch.observe(rows, mono_now_ms());
         let avoid = self.avoided_now();
-        let claimant = Claimant {
-            holder: &self.holder,
-            previous_machine_id: self.previous,
-            layout: &self.layout_text,
-            max_machine_id: self.max_machine,
-            avoid: &avoid,
-        };
-        let claim: Claim = match self.watch.choose(&claimant, mono_now_ms()) {
+        let claim: Claim = match self.watch.choose(&self.claimant(&avoid), mono_now_ms()) {
             Ok(ClaimChoice::Take(claim)) => claim,
             Ok(ClaimChoice::WaitUntil { mono_ms }) => {
                 self.problem(&format!(
@@ -463,6 +456,17 @@ impl Keeper {
                 self.problem(&e.message);
                 RETRY_MS
             }
+        }
+    }
+
+    /// This server as `LeaseWatch` sees it, passing over `avoid`.
+    fn claimant<'a>(&'a self, avoid: &'a [i32]) -> Claimant<'a> {
+        Claimant {
+            holder: &self.holder,
+            previous_machine_id: self.previous,
+            layout: &self.layout_text,
+            max_machine_id: self.max_machine,
+            avoid,
         }
     }
 
@@ -543,14 +547,7 @@ impl Keeper {
             Outcome::NoMatch | Outcome::Failed(_) => return None,
         };
         self.watch.observe(rows, mono_now_ms());
-        let me = Claimant {
-            holder: &self.holder,
-            previous_machine_id: self.previous,
-            layout: &self.layout_text,
-            max_machine_id: self.max_machine,
-            avoid: &[],
-        };
-        let namesakes = self.watch.namesakes(&me, mono_now_ms());
+        let namesakes = self.watch.namesakes(&self.claimant(&[]), mono_now_ms());
         if namesakes.is_empty() {
             return None;
         }
