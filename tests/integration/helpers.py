@@ -73,6 +73,32 @@ def check_unique(tally, ids):
 PINNED = "-c synchronous_commit=on -c lock_timeout=10ms -c idle_in_transaction_session_timeout=5s"
 
 
+# The client examples (examples/sharding: the central server and shards).
+SHARDING_EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "sharding")
+
+
+def psql_file(cluster, db, path, **variables):
+    """Runs a SQL file with psql (stopping at the first error), with psql
+    variables."""
+    args = ["psql", "-v", "ON_ERROR_STOP=1", "-q", "-d", db, "-f", path]
+    for name, value in variables.items():
+        args[1:1] = ["-v", f"{name}={value}"]
+    done = cluster.client(*args, check=False)
+    assert done.returncode == 0, done.stderr
+
+
+def hand_made_central_table(central, db, step=10):
+    """The classic id_segment made by hand in `db` (no pg_idgen, so no guard
+    trigger), with 'orders' at 0, and what shards check of a central server
+    (examples/sharding/central_by_hand.sql)."""
+    central.sql("CREATE TABLE id_segment (biz_tag varchar(64) PRIMARY KEY, max_id bigint NOT NULL, "
+                "step int NOT NULL, version bigint NOT NULL DEFAULT 0, updated_at timestamptz)",
+                dbname=db)
+    central.sql("INSERT INTO id_segment (biz_tag, max_id, step) VALUES ('orders', 0, %s)", (step,),
+                dbname=db)
+    psql_file(central, db, os.path.join(SHARDING_EXAMPLES, "central_by_hand.sql"))
+
+
 def free_ports(n):
     """n TCP ports of 127.0.0.1 free at the moment (bound to port 0)."""
     socks = []

@@ -11,7 +11,8 @@ import time
 import psycopg
 import pytest
 
-from helpers import PINNED, assert_increasing, assert_unique, draw_snowflakes, faketime_env, free_ports, wait_for
+from helpers import (PINNED, assert_increasing, assert_unique, draw_snowflakes, faketime_env, free_ports,
+                     hand_made_central_table, wait_for)
 from proxy import LinkProxy
 
 LEASE_DDL = """CREATE TABLE idgen_machine_lease (
@@ -426,13 +427,7 @@ def test_a_fast_stop_on_a_dead_network_takes_seconds(make_cluster):
     and the worker ignored it inside postgres_fdw, and the stop waited for
     postgres_fdw's cancel on the dead link)."""
     central, proxy = central_behind_a_proxy(make_cluster)
-    central.sql("CREATE TABLE id_segment (biz_tag varchar(64) PRIMARY KEY, max_id bigint NOT NULL, "
-                "step int NOT NULL, version bigint NOT NULL DEFAULT 0, updated_at timestamptz)")
-    central.sql("INSERT INTO id_segment (biz_tag, max_id, step) VALUES ('orders', 0, 10)")
-    done = central.client("psql", "-v", "ON_ERROR_STOP=1", "-q", "-d", "postgres", "-f",
-                          os.path.join(os.path.dirname(__file__), "..", "..", "examples", "sharding",
-                                       "central_by_hand.sql"), check=False)
-    assert done.returncode == 0, done.stderr
+    hand_made_central_table(central, "postgres")
     try:
         server = leased_server(make_cluster, central, via=proxy,
                                conf=("pg_idgen.remote_timeout = '1min'",))

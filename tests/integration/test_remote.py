@@ -14,24 +14,14 @@ import time
 import psycopg
 import pytest
 
-from adversary import paused
-from helpers import (PINNED, assert_increasing, assert_unique, draw, draw_plain, free_ports, promote,
-                     row_locked, wait_for)
+from adversary import REACH_TIMEOUT, Failpoint, paused
+from helpers import (PINNED, SHARDING_EXAMPLES, assert_increasing, assert_unique, draw, draw_plain, free_ports,
+                     hand_made_central_table, in_thread, joined, promote, psql_file, row_locked, wait_for)
 from proxy import LinkProxy
-
-EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "sharding")
 
 # Shards keep a bounded cache, so that a test can run it dry.
 SHARD_CONF = ("pg_idgen.refill_timeout = '2s'", "pg_idgen.remote_cache_ahead = '1s'",
               "pg_idgen.max_ids_ahead = 20000", "pg_idgen.remote_timeout = '2s'")
-
-
-def psql_file(cluster, db, path, **variables):
-    args = ["psql", "-v", "ON_ERROR_STOP=1", "-q", "-d", db, "-f", path]
-    for name, value in variables.items():
-        args[1:1] = ["-v", f"{name}={value}"]
-    done = cluster.client(*args, check=False)
-    assert done.returncode == 0, done.stderr
 
 
 def attach(shard, db, central, central_db, tag="orders", via=None):
@@ -330,19 +320,19 @@ def test_the_readme_sharding_example_gives_every_row_its_own_ids(make_cluster):
     central = make_cluster()
     central.start()
     central_db = central.new_database(extension=False)
-    psql_file(central, central_db, os.path.join(EXAMPLES, "central.sql"))
+    psql_file(central, central_db, os.path.join(SHARDING_EXAMPLES, "central.sql"))
     shards = []
     for i in (1, 2):
         shard = make_cluster(conf=(f"cluster_name = 'shard{i}'", f"pg_idgen.machine_id = {i}"))
         shard.start()
         db = shard.new_database(extension=False)
-        psql_file(shard, db, os.path.join(EXAMPLES, "shard.sql"), central_host=central.dir,
+        psql_file(shard, db, os.path.join(SHARDING_EXAMPLES, "shard.sql"), central_host=central.dir,
                   central_port="5432", central_db=central_db, central_user="postgres")
         shards.append((shard, db))
     coordinator = make_cluster(preload=False)
     coordinator.start()
     coord_db = coordinator.new_database(extension=False)
-    psql_file(coordinator, coord_db, os.path.join(EXAMPLES, "coordinator.sql"),
+    psql_file(coordinator, coord_db, os.path.join(SHARDING_EXAMPLES, "coordinator.sql"),
               shard1_host=shards[0][0].dir, shard1_port="5432", shard1_db=shards[0][1],
               shard2_host=shards[1][0].dir, shard2_port="5432", shard2_db=shards[1][1],
               shard_user="postgres")
@@ -717,12 +707,7 @@ def _hand_made_central_and_shard(make_cluster):
     central = make_cluster(preload=False)
     central.start()
     central_db = central.new_database(extension=False)
-    central.sql("CREATE TABLE id_segment (biz_tag varchar(64) PRIMARY KEY, max_id bigint NOT NULL, "
-                "step int NOT NULL, version bigint NOT NULL DEFAULT 0, updated_at timestamptz)",
-                dbname=central_db)
-    central.sql("INSERT INTO id_segment (biz_tag, max_id, step) VALUES ('orders', 0, 10)",
-                dbname=central_db)
-    psql_file(central, central_db, os.path.join(EXAMPLES, "central_by_hand.sql"))
+    hand_made_central_table(central, central_db)
     shard = make_cluster(conf=(*SHARD_CONF, "pg_idgen.machine_id = 1"))
     shard.start()
     db = shard.new_database()
@@ -1194,3 +1179,36 @@ def test_a_frozen_central_server_delays_no_local_tag_and_no_other_central_server
     for ids in drawn.values():
         assert_unique(ids)
     assert max(drawn["orders"]) <= central_max_id(central_a, a_db)
+
+
+def test_a_hand_over_to_the_central_servers_worker_leaves_a_slot_reused_meanwhile_alone(make_cluster):
+    """The database's local worker finds 'orders' attached and is stopped
+    just before it hands the slot to the central server's worker
+    (worker-before-publish). Meanwhile 'orders' is dropped and a local tag
+    takes the freed slot. Released, the local worker sees the slot's
+    generation changed and hands nothing over: the local tag is served by
+    the local worker alone — no worker for the central server starts
+    (before, the new tag was moved to the central server's lane and such a
+    worker started, to hand it back)."""
+    central, central_db, [(shard, db)] = central_and_shards(make_cluster, shards=1)
+    fp = Failpoint(shard, "worker-before-publish")
+    fp.arm("pause")
+    try:
+        orders, orders_result = in_thread(lambda: draw_plain(shard, db, "orders", 10))
+        fp.wait_reached()
+        shard.sql("SELECT segment_drop('orders')", dbname=db)
+        assert "error" in joined(orders, orders_result)   # its tag is gone
+        shard.sql("SELECT segment_create('local1', step => 10)", dbname=db)
+        local, local_result = in_thread(lambda: draw_plain(shard, db, "local1", 100))
+        # Its first call took the freed slot (the only slot used so far).
+        assert wait_for(lambda: shard.sql(
+            "SELECT 1 FROM segment_status() WHERE tag = 'local1' AND database = current_database()",
+            dbname=db), timeout=REACH_TIMEOUT)
+    finally:
+        fp.release()
+    result = joined(local, local_result)
+    assert "error" not in result, result.get("error")
+    assert_unique(result["value"] + draw_plain(shard, db, "local1", 1000))
+    workers = shard.sql("SELECT count(*) FROM pg_stat_activity WHERE backend_type = "
+                        "'pg_idgen refill worker' AND datname = current_database()", dbname=db)
+    assert workers == [(1,)], workers

@@ -433,3 +433,50 @@ def test_every_function_table_view_and_column_of_the_extension_has_a_comment(lc)
          WHERE d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'pg_idgen') AND d.deptype = 'e'
            AND c.relkind IN ('r', 'v') AND col_description(c.oid, a.attnum) IS NULL""", dbname=db)
     assert missing == [], missing
+
+
+def test_segment_setval_from_a_trigger_and_a_cursor_holds_through_a_crash_and_a_restart(make_cluster):
+    """segment_setval from a BEFORE INSERT trigger and from a cursor, each
+    committed, then the server crashed (and later restarted cleanly): the
+    next IDs are above the last value set, in new sessions too, and none
+    repeats; segment_currval is per session (a new one has none)."""
+    c = make_cluster()
+    c.start()
+    db = c.new_database()
+    for statement in [
+        "SELECT segment_create('t', step => 100)",
+        "CREATE TABLE marks (v bigint)",
+        "CREATE FUNCTION mark() RETURNS trigger LANGUAGE plpgsql "
+        "AS $$ BEGIN PERFORM segment_setval('t', NEW.v); RETURN NEW; END $$",
+        "CREATE TRIGGER mark BEFORE INSERT ON marks FOR EACH ROW EXECUTE FUNCTION mark()",
+    ]:
+        c.sql(statement, dbname=db)
+    drawn = [r[0] for r in c.sql("SELECT segment_nextval('t') FROM generate_series(1, 500)", dbname=db)]
+
+    def max_id():
+        return c.sql("SELECT max_id FROM id_segment WHERE biz_tag = 't'", dbname=db)[0][0]
+
+    value = max_id() + 1_000
+    c.sql("INSERT INTO marks VALUES (%s)", (value,), dbname=db)
+    got = [r[0] for r in c.sql("SELECT segment_nextval('t') FROM generate_series(1, 300)", dbname=db)]
+    assert min(got) > value
+    drawn += got
+    value = max_id() + 1_000
+    with c.connect(db, autocommit=False) as conn:
+        conn.execute("DECLARE setting CURSOR FOR SELECT segment_setval('t', %s)", (value,))
+        assert conn.execute("FETCH setting").fetchone() == (value,)
+        conn.commit()
+    c.stop("immediate")
+    c.start()
+    got = [r[0] for r in c.sql("SELECT segment_nextval('t') FROM generate_series(1, 300)", dbname=db)]
+    assert min(got) > value
+    drawn += got
+    value = max_id() + 1_000
+    c.sql("SELECT segment_setval('t', %s)", (value,), dbname=db)
+    c.restart()
+    with pytest.raises(errors.ObjectNotInPrerequisiteState):
+        c.sql("SELECT segment_currval('t')", dbname=db)
+    got = [r[0] for r in c.sql("SELECT segment_nextval('t') FROM generate_series(1, 300)", dbname=db)]
+    assert min(got) > value
+    drawn += got
+    assert_unique(drawn)

@@ -624,3 +624,46 @@ def test_persist_ahead_above_max_lead_is_held_to_it_so_a_crash_costs_no_wait(mak
     ids += draw_snowflakes(c, 1000)   # raises if a call waited beyond max_wait
     assert_unique(ids)
     assert_increasing(ids)
+
+
+def test_the_scalar_helpers_agree_with_snowflake_parse_from_every_calling_context(make_cluster):
+    """snowflake_timestamp, snowflake_machine_id and snowflake_sequence, in
+    both forms, from PL/pgSQL, a trigger, a prepared statement and a
+    cursor, and again after a restart: each equals snowflake_parse's part."""
+    c = make_cluster(conf=("pg_idgen.machine_id = 9",))
+    c.start()
+    c.sql("CREATE EXTENSION pg_idgen")
+    layout = "'2025-01-01 00:00:00+00', 10, 12"
+    parts = (f"snowflake_timestamp(id), snowflake_machine_id(id), snowflake_sequence(id), "
+             f"snowflake_timestamp(id, {layout}), snowflake_machine_id(id, {layout}), "
+             f"snowflake_sequence(id, {layout})")
+    for statement in [
+        "CREATE TABLE flakes (id bigint PRIMARY KEY, ts timestamptz, machine bigint, seq bigint, "
+        "ts2 timestamptz, machine2 bigint, seq2 bigint)",
+        f"CREATE FUNCTION fill() RETURNS trigger LANGUAGE plpgsql AS $$ DECLARE id bigint := NEW.id; "
+        f"BEGIN SELECT {parts} INTO NEW.ts, NEW.machine, NEW.seq, NEW.ts2, NEW.machine2, NEW.seq2; "
+        f"RETURN NEW; END $$",
+        "CREATE TRIGGER fill BEFORE INSERT ON flakes FOR EACH ROW EXECUTE FUNCTION fill()",
+    ]:
+        c.sql(statement)
+    expected_sql = ("SELECT p.ts, p.machine_id, p.sequence, p.ts, p.machine_id, p.sequence "
+                    "FROM snowflake_parse(%s) p")
+
+    def check(rows):
+        assert rows
+        for id_, *got in rows:
+            assert tuple(got) == c.sql(expected_sql, (id_,))[0], (id_, got)
+            assert got[1] == 9
+
+    with c.connect() as conn:
+        conn.execute("INSERT INTO flakes (id) SELECT snowflake_nextval() FROM generate_series(1, 50)")
+        check(conn.execute("SELECT id, ts, machine, seq, ts2, machine2, seq2 FROM flakes").fetchall())
+        ids = [r[0] for r in conn.execute("SELECT id FROM flakes")]
+        check([(i, *conn.execute(f"SELECT {parts} FROM (SELECT %s::bigint AS id) v", (i,), prepare=True)
+                .fetchone()) for i in ids[:10]])
+    with c.connect(autocommit=False) as conn:
+        conn.execute(f"DECLARE parts CURSOR FOR SELECT id, {parts} FROM flakes")
+        check(conn.execute("FETCH 20 FROM parts").fetchall())
+        conn.rollback()
+    c.restart()
+    check(c.sql(f"SELECT id, {parts} FROM flakes"))
