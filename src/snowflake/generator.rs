@@ -38,7 +38,10 @@
 //! * What the worker persists follows what is issued (`mark_to_persist`):
 //!   nothing while no ID is issued and no call waits, so neither a moment of
 //!   wrong time nor a series of quick restarts moves the mark; a window
-//!   ahead of the clock while IDs are being issued, so calls do not wait.
+//!   ahead of the clock while IDs are being issued, and for
+//!   `KEEP_AHEAD_WHILE_IDLE_MS` after the last one while the wall clock
+//!   keeps pace with the monotonic clock (`IdleWatch`), so calls do not
+//!   wait, not even the first after a pause.
 //!   A call refused for want of a persisted time records that time in
 //!   `wanted` for the worker.
 
@@ -63,8 +66,9 @@ pub struct GeneratorStats {
     /// Calls that found the wall clock more than 1 ms behind the latest
     /// wall time seen: the clock stepped back.
     pub clock_backwards: AtomicU64,
-    /// Calls refused because the logical clock was too far ahead, or the
-    /// next time was not persisted yet: each one waited.
+    /// Calls that waited because the logical clock was too far ahead, or
+    /// because the next time was not persisted yet: one per call, however
+    /// often it polled (`WaitsOfOneCall`).
     pub lead_waits: AtomicU64,
     pub persist_waits: AtomicU64,
 }
@@ -98,6 +102,76 @@ pub struct Generator {
 /// start alone takes longer. In a burst more than a window ahead of the
 /// clock the keeper writes once per this much snowflake time.
 pub const BURST_HEADROOM_MS: i64 = 25;
+
+/// How long after its last ID a generator still counts as in use, so that
+/// the keeper keeps its mark a window ahead of the clock: an application
+/// that inserts every few seconds (or minutes) never waits for a WAL flush
+/// and an fsync on its first call after a pause. The cost is one small
+/// commit per half window (about 1 s by default) for this long after the
+/// last ID; an idle server writes nothing after it.
+pub const KEEP_AHEAD_WHILE_IDLE_MS: i64 = 300_000;
+
+/// How far the wall clock may move against the monotonic clock after the
+/// last ID before the keeper stops writing ahead of it while idle: NTP's
+/// slewing moves it by at most 0.5 ms/s (150 ms in
+/// `KEEP_AHEAD_WHILE_IDLE_MS`), a step of the clock by more. A clock stepped
+/// while nobody calls is then not written down, as before.
+pub const IDLE_CLOCK_STEP_MS: i64 = 500;
+
+/// The keeper's watch on one generator between its passes: whether the
+/// generator still counts as in use while no ID is issued.
+#[derive(Debug, Default)]
+pub struct IdleWatch {
+    /// The generator's `issued` count at the previous pass.
+    issued_seen: u64,
+    /// Wall clock minus monotonic clock (ms) when the keeper last saw an ID
+    /// issued; `None` before the first, or once the clock stepped since.
+    clock_offset_at_last_id: Option<i64>,
+}
+
+impl IdleWatch {
+    /// How long after its last ID the generator counts as in use
+    /// (`mark_to_persist`'s `in_use_ms`): `KEEP_AHEAD_WHILE_IDLE_MS` while
+    /// the wall clock keeps pace with the monotonic clock since the last ID
+    /// this watch saw, else only `window_ms`.
+    pub fn in_use_ms(&mut self, issued: u64, wall_minus_mono_ms: i64, window_ms: i64) -> i64 {
+        if issued != self.issued_seen {
+            self.issued_seen = issued;
+            self.clock_offset_at_last_id = Some(wall_minus_mono_ms);
+        }
+        match self.clock_offset_at_last_id {
+            Some(offset) if (wall_minus_mono_ms - offset).abs() <= IDLE_CLOCK_STEP_MS => {
+                KEEP_AHEAD_WHILE_IDLE_MS.max(window_ms)
+            }
+            _ => {
+                self.clock_offset_at_last_id = None;
+                window_ms
+            }
+        }
+    }
+}
+
+/// What one waiting call has counted in `GeneratorStats`: each kind of
+/// wait once per call, not once per poll.
+#[derive(Debug, Default)]
+pub struct WaitsOfOneCall {
+    lead_counted: bool,
+    persist_counted: bool,
+}
+
+impl WaitsOfOneCall {
+    pub fn note(&mut self, stats: &GeneratorStats, refusal: &Refusal) {
+        let (counted, counter) = match refusal {
+            Refusal::TooFarAhead { .. } => (&mut self.lead_counted, &stats.lead_waits),
+            Refusal::NotPersisted => (&mut self.persist_counted, &stats.persist_waits),
+            _ => return,
+        };
+        if !*counted {
+            *counted = true;
+            counter.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
 
 /// How long a call refused because time is `lead_ms` ahead of the clock
 /// should sleep before it tries again, or `None` when the clock cannot
@@ -330,7 +404,6 @@ impl Generator {
             }
             let lead_ms = next_time - now;
             if lead_ms > max_lead_ms {
-                self.stats.lead_waits.fetch_add(1, Ordering::Relaxed);
                 return Err(Refusal::TooFarAhead { lead_ms });
             }
             if next_time > self.ceiling.load(Ordering::Acquire) {
@@ -338,7 +411,6 @@ impl Generator {
             }
             if next_time > self.persisted_limit.load(Ordering::Acquire) {
                 self.wanted.fetch_max(next_time, Ordering::AcqRel);
-                self.stats.persist_waits.fetch_add(1, Ordering::Relaxed);
                 return Err(Refusal::NotPersisted);
             }
             let machine = self.machine_of(current);
@@ -416,9 +488,10 @@ impl Generator {
     ///   idle server writes nothing, so a clock briefly in the future, or a
     ///   run of quick restarts, moves no mark.
     /// * While IDs are being issued (the last one, or a waiting call's
-    ///   time, is within `window` of the clock): `window` ahead of the
-    ///   clock, rewritten when less than half of it is left. So a limit is
-    ///   never more than about two windows above the last ID issued.
+    ///   time, is within `in_use_ms` of the clock; `IdleWatch` gives it):
+    ///   `window` ahead of the clock, rewritten when less than half of it
+    ///   is left. So a limit is never more than `in_use_ms` plus about two
+    ///   windows above the last ID issued.
     /// * When time runs ahead of the clock (a burst, a clock set back) or a
     ///   call waits: `BURST_HEADROOM_MS` above what is needed.
     ///
@@ -426,7 +499,7 @@ impl Generator {
     /// minus the restart's duration ahead of the clock; the mark written
     /// for it is `window` ahead of the clock, so restarts more than
     /// `BURST_HEADROOM_MS` apart never ratchet it.
-    pub fn mark_to_persist(&self, now_unix_ms: i64, window_ms: i64) -> Option<i64> {
+    pub fn mark_to_persist(&self, now_unix_ms: i64, window_ms: i64, in_use_ms: i64) -> Option<i64> {
         let now = now_unix_ms - self.layout.epoch_ms;
         let limit = self.persisted_limit();
         let wanted = self.wanted.load(Ordering::Acquire);
@@ -438,7 +511,7 @@ impl Generator {
             (false, true) => wanted,
             (true, true) => self.last_time().max(wanted),
         };
-        let active = need >= now - window_ms;
+        let active = need >= now - in_use_ms.max(window_ms);
         let due = waiting
             || limit < need + BURST_HEADROOM_MS / 2
             || (active && limit < now + window_ms / 2);
@@ -603,8 +676,21 @@ mod tests {
             strict.next_exact(E + 50, 0),
             Err(Refusal::TooFarAhead { lead_ms: 1 })
         );
-        assert_eq!(strict.stats.lead_waits.load(Ordering::Relaxed), 1);
         assert!(strict.next_exact(E + 51, 0).is_ok());
+    }
+
+    #[test]
+    fn a_waiting_call_counts_once_however_often_it_polls() {
+        let g = ready(0);
+        let mut first = WaitsOfOneCall::default();
+        for _ in 0..5 {
+            first.note(&g.stats, &Refusal::TooFarAhead { lead_ms: 1 });
+            first.note(&g.stats, &Refusal::NotPersisted);
+            first.note(&g.stats, &Refusal::NoLease);
+        }
+        WaitsOfOneCall::default().note(&g.stats, &Refusal::NotPersisted);
+        assert_eq!(g.stats.lead_waits.load(Ordering::Relaxed), 1);
+        assert_eq!(g.stats.persist_waits.load(Ordering::Relaxed), 2);
     }
 
     #[test]
@@ -629,17 +715,17 @@ mod tests {
     fn nothing_is_issued_beyond_the_persisted_limit() {
         let g = Generator::new(layout(), 0, None);
         assert_eq!(g.next_exact(E + 100, 1000), Err(Refusal::NotPersisted));
-        assert_eq!(g.mark_to_persist(E + 100, 2000), Some(2100));
+        assert_eq!(g.mark_to_persist(E + 100, 2000, 2000), Some(2100));
         g.persisted(2100);
         assert!(g.next_exact(E + 100, 1000).is_ok());
         assert!(g.next_exact(E + 2100, 1000).is_ok());
         assert_eq!(g.next_exact(E + 2101, 1000), Err(Refusal::NotPersisted));
         // Time issued up to 2100 is ahead of the clock (1000): the mark
         // keeps the window ahead of the clock, and headroom above 2100.
-        assert_eq!(g.mark_to_persist(E + 1000, 2000), Some(3000));
-        assert_eq!(g.mark_to_persist(E + 1000, 20_000), Some(21_000));
+        assert_eq!(g.mark_to_persist(E + 1000, 2000, 2000), Some(3000));
+        assert_eq!(g.mark_to_persist(E + 1000, 20_000, 20_000), Some(21_000));
         assert_eq!(
-            g.mark_to_persist(E - 5000, 2000),
+            g.mark_to_persist(E - 5000, 2000, 2000),
             Some(2101 + BURST_HEADROOM_MS),
             "the clock far behind: headroom above the time needed"
         );
@@ -649,10 +735,14 @@ mod tests {
     fn the_worker_persists_only_when_the_margin_runs_low() {
         let g = Generator::new(layout(), 0, None);
         g.persisted(3000);
-        assert_eq!(g.mark_to_persist(E + 1500, 2000), None, "nothing issued");
+        assert_eq!(
+            g.mark_to_persist(E + 1500, 2000, 2000),
+            None,
+            "nothing issued"
+        );
         g.next_exact(E + 1500, 0).unwrap();
-        assert_eq!(g.mark_to_persist(E + 1500, 2000), None, "margin left");
-        assert_eq!(g.mark_to_persist(E + 2001, 2000), Some(4001));
+        assert_eq!(g.mark_to_persist(E + 1500, 2000, 2000), None, "margin left");
+        assert_eq!(g.mark_to_persist(E + 2001, 2000, 2000), Some(4001));
         g.persisted(1000);
         assert_eq!(g.persisted_limit(), 3000, "the limit never moves back");
     }
@@ -664,18 +754,73 @@ mod tests {
         g.next_exact(E + 1000, 0).unwrap();
         // The clock jumps a day ahead while no ID is issued: nothing is
         // written, so a restart does not inherit the wrong time.
-        assert_eq!(g.mark_to_persist(E + 86_400_000, 2000), None);
-        assert_eq!(g.mark_to_persist(E + 2_000_000_000, 2000), None);
+        assert_eq!(g.mark_to_persist(E + 86_400_000, 2000, 2000), None);
+        assert_eq!(g.mark_to_persist(E + 2_000_000_000, 2000, 2000), None);
         // Back on the right clock, the keeper carries on as before.
-        assert_eq!(g.mark_to_persist(E + 2500, 2000), Some(4500));
+        assert_eq!(g.mark_to_persist(E + 2500, 2000, 2000), Some(4500));
     }
 
     #[test]
     fn a_restart_with_nothing_issued_writes_nothing() {
         let g = Generator::new(layout(), 0, Some(1_000_000));
         assert_eq!(g.floor(), 1_000_000);
-        assert_eq!(g.mark_to_persist(E + 999_000, 2000), None);
-        assert_eq!(g.mark_to_persist(E + 5_000_000, 2000), None);
+        assert_eq!(g.mark_to_persist(E + 999_000, 2000, 2000), None);
+        assert_eq!(g.mark_to_persist(E + 5_000_000, 2000, 2000), None);
+    }
+
+    #[test]
+    fn a_pause_keeps_the_mark_ahead_so_the_next_call_does_not_wait() {
+        let g = Generator::new(layout(), 0, None);
+        let mut watch = IdleWatch::default();
+        let in_use = |watch: &mut IdleWatch, wall_minus_mono: i64| {
+            watch.in_use_ms(
+                g.stats.issued.load(Ordering::Relaxed),
+                wall_minus_mono,
+                2000,
+            )
+        };
+        g.persisted(3000);
+        g.next_exact(E + 1000, 0).unwrap();
+        assert_eq!(in_use(&mut watch, 7), KEEP_AHEAD_WHILE_IDLE_MS);
+        // Nobody calls for a minute: the keeper still writes ahead, each time
+        // half the window is left, and the next call needs no write.
+        let mut limit = g.persisted_limit();
+        for now in (E + 2000..E + 62_000).step_by(100) {
+            let wanted = g.mark_to_persist(now, 2000, in_use(&mut watch, 7 + 40));
+            if let Some(mark) = wanted {
+                assert!(mark <= now - E + 2000 && limit < now - E + 1000);
+                g.persisted(mark);
+                limit = mark;
+            }
+            assert!(limit > now - E + 900, "at {now} the mark fell behind");
+        }
+        assert!(g.next_exact(E + 62_000, 0).is_ok());
+        // Past KEEP_AHEAD_WHILE_IDLE_MS after the last ID nothing is written.
+        let late = E + 62_000 + KEEP_AHEAD_WHILE_IDLE_MS + 2000;
+        assert_eq!(g.mark_to_persist(late, 2000, in_use(&mut watch, 7)), None);
+    }
+
+    #[test]
+    fn a_clock_stepped_during_a_pause_is_not_written_down() {
+        let g = Generator::new(layout(), 0, None);
+        let mut watch = IdleWatch::default();
+        g.persisted(3000);
+        g.next_exact(E + 1000, 0).unwrap();
+        let issued = || g.stats.issued.load(Ordering::Relaxed);
+        assert_eq!(watch.in_use_ms(issued(), 0, 2000), KEEP_AHEAD_WHILE_IDLE_MS);
+        // The wall clock steps a minute ahead of the monotonic clock.
+        let stepped = watch.in_use_ms(issued(), 60_000, 2000);
+        assert_eq!(stepped, 2000);
+        assert_eq!(g.mark_to_persist(E + 61_000, 2000, stepped), None);
+        // Stepped back again, the watch stays off until the next ID.
+        assert_eq!(watch.in_use_ms(issued(), 0, 2000), 2000);
+        g.next_exact(E + 1500, 0).unwrap();
+        assert_eq!(watch.in_use_ms(issued(), 0, 2000), KEEP_AHEAD_WHILE_IDLE_MS);
+        // Slewing by NTP is not a step.
+        assert_eq!(
+            watch.in_use_ms(issued(), IDLE_CLOCK_STEP_MS, 2000),
+            KEEP_AHEAD_WHILE_IDLE_MS
+        );
     }
 
     #[test]
@@ -717,7 +862,7 @@ mod tests {
             second.next_exact(E + 49, i64::MAX),
             Err(Refusal::NotPersisted)
         );
-        second.persisted(second.mark_to_persist(E + 49, 2000).unwrap());
+        second.persisted(second.mark_to_persist(E + 49, 2000, 2000).unwrap());
         let next = second.next_exact(E + 49, i64::MAX).unwrap();
         assert!(next.id > last);
         assert_eq!(parts(&second, next.id).time_ms, mark + 1);
@@ -922,7 +1067,7 @@ mod tests {
                     match run.next_exact(now, 5000) {
                         Ok(issued) => break issued.id,
                         Err(Refusal::NotPersisted) => {
-                            let m = run.mark_to_persist(now, WINDOW).unwrap();
+                            let m = run.mark_to_persist(now, WINDOW, WINDOW).unwrap();
                             run.persisted(m);
                             mark = Some(m);
                         }
@@ -932,7 +1077,7 @@ mod tests {
                 assert!(id > last_id, "an ID repeated after a restart");
                 last_id = id;
             }
-            if let Some(m) = run.mark_to_persist(now, WINDOW) {
+            if let Some(m) = run.mark_to_persist(now, WINDOW, WINDOW) {
                 run.persisted(m);
                 mark = Some(m);
             }

@@ -10,7 +10,9 @@
 //!   promoted standby, a restored or upgraded cluster issues only above it.
 //! * Every `KEEPER_INTERVAL` (or when a caller wakes it) it asks each
 //!   generator for the mark it wants persisted (`mark_to_persist`: the
-//!   current time plus `pg_idgen.snowflake_persist_ahead`), commits it,
+//!   current time plus `pg_idgen.snowflake_persist_ahead`, also through a
+//!   pause of up to `generator::KEEP_AHEAD_WHILE_IDLE_MS` after the last
+//!   ID), commits it,
 //!   writes the file durably, and only then tells the generators they may
 //!   issue up to it (`persisted`). A failure is retried at every pass;
 //!   callers that reach the persisted mark wait, then fail naming it.
@@ -30,6 +32,7 @@
 use super::backup_copy::{self, BACKUP_LABEL_OLD};
 use super::clock::{mono_now_ms, now_unix_ms, PG_EPOCH_UNIX_MICROS};
 use super::config::{config, setting_text};
+use super::generator::IdleWatch;
 use super::layout::Layout;
 use super::shared::{snowflake, Snowflake, KEEPER_RESTART};
 use super::state_file::{self, HighWater, Saved};
@@ -153,6 +156,7 @@ pub extern "C-unwind" fn pg_idgen_snowflake_keeper_main(_arg: pg_sys::Datum) {
         last_read_ms: i64::MIN / 2,
         file_failing: false,
         window_warned: None,
+        idle_watches: Default::default(),
     };
     loop {
         bgworker::reload_if_asked();
@@ -194,6 +198,9 @@ struct Keeper {
     /// `(snowflake_persist_ahead, snowflake_max_lead)` when the keeper last
     /// warned that the first is above the second.
     window_warned: Option<(i32, i32)>,
+    /// Whether each generator (main, JavaScript-safe) still counts as in
+    /// use while no ID is issued: the mark stays ahead through a pause.
+    idle_watches: [IdleWatch; 2],
 }
 
 impl Keeper {
@@ -365,7 +372,12 @@ impl Keeper {
         let generators = [&state.main, &state.javascript];
         let window = self.persist_window_ms();
         let now = now_unix_ms();
-        let wanted = generators.map(|g| g.mark_to_persist(now, window));
+        let wall_minus_mono = now - mono_now_ms();
+        let in_use = [0, 1].map(|i| {
+            let issued = generators[i].stats.issued.load(Ordering::Relaxed);
+            self.idle_watches[i].in_use_ms(issued, wall_minus_mono, window)
+        });
+        let wanted = [0, 1].map(|i| generators[i].mark_to_persist(now, window, in_use[i]));
         // A file removed under a running server is written again at once.
         let removed = generators.iter().any(|g| g.persisted_limit() >= 0)
             && state_file::is_missing(self.data_dir);

@@ -28,7 +28,7 @@
 
 use super::clock::{now_unix_ms, to_timestamptz, SystemClock};
 use super::config::config;
-use super::generator::{lead_sleep_ms, Generator, Refusal};
+use super::generator::{lead_sleep_ms, Generator, Refusal, WaitsOfOneCall};
 use super::layout::Layout;
 use super::state_file::{self, Saved, STATE_FILE};
 use crate::errors::IdgenError;
@@ -417,7 +417,9 @@ impl Snowflake {
     fn next_id_slow(&self, generator: &Generator, mut refusal: Refusal, max_lead: i64) -> i64 {
         let started = std::time::Instant::now();
         let max_wait = i64::from(gucs::SNOWFLAKE_MAX_WAIT_MS.get());
+        let mut waits = WaitsOfOneCall::default();
         loop {
+            waits.note(&generator.stats, &refusal);
             let waited_ms = started.elapsed().as_millis() as i64;
             let sleep_ms = match refusal {
                 Refusal::Exhausted => {

@@ -15,7 +15,11 @@ throwaway cluster, interleaved, reported as ratios and marginal costs.
    and latency percentiles from pgbench's per-transaction log.
 3. The refill in the tail: `SELECT segment_nextval(tag)` at 8 clients with
    step 100 and step 100,000, latency percentiles side by side.
-4. The ceiling without PostgreSQL: tests/bench/ceiling (Rust).
+4. The first INSERT after a pause: one session per generator, each
+   sleeping PAUSE_SECONDS and then timing one INSERT (with
+   `synchronous_commit = on`, the default, unlike part 2), in interleaved
+   rounds; the median of each against bigserial's.
+5. The ceiling without PostgreSQL: tests/bench/ceiling (Rust).
 
 Writes bench.md (the table), bench.json (every figure) and three PNG plots
 (matplotlib) to --out; --update-readme replaces the README's benchmark
@@ -41,8 +45,8 @@ sys.path.insert(0, os.path.join(REPO, "tests", "lib"))
 from cluster import PG_BIN, Cluster  # noqa: E402
 
 MODES = {
-    "full": dict(n=5_000_000, rounds=5, insert_seconds=8, tail_seconds=15),
-    "quick": dict(n=300_000, rounds=2, insert_seconds=2, tail_seconds=3),
+    "full": dict(n=5_000_000, rounds=5, insert_seconds=8, tail_seconds=15, pause_rounds=9),
+    "quick": dict(n=300_000, rounds=2, insert_seconds=2, tail_seconds=3, pause_rounds=2),
 }
 
 STARTED = time.monotonic()
@@ -226,7 +230,37 @@ def refill_tail(cluster, seconds, workdir):
 
 
 # --------------------------------------------------------------------------
-# 4. The ceiling
+# 4. The first INSERT after a pause
+
+PAUSE_SECONDS = 4
+PAUSE_TABLES = ["snowflake_nextval()", "segment_nextval (step 1,000)", "bigserial"]
+
+
+def first_insert_after_pause(cluster, rounds):
+    """ms of the first INSERT after PAUSE_SECONDS idle: {label: [one per round]}."""
+    results = {label: [] for label in PAUSE_TABLES}
+    conns = {label: cluster.connect("bench") for label in PAUSE_TABLES}
+    try:
+        for label, conn in conns.items():
+            conn.execute("SET synchronous_commit = on")
+            conn.execute(f"INSERT INTO {table_name(label)} (payload) VALUES ('warm-up')")
+        for round_no in range(1, rounds + 1):
+            order = list(PAUSE_TABLES)
+            random.shuffle(order)
+            for label in order:
+                time.sleep(PAUSE_SECONDS)
+                ms = timed(conns[label], f"INSERT INTO {table_name(label)} (payload) VALUES ('after a pause') "
+                                         "RETURNING id") * 1000
+                results[label].append(ms)
+                progress(f"pause round {round_no}/{rounds}: {label}: {ms:.3f} ms")
+    finally:
+        for conn in conns.values():
+            conn.close()
+    return results
+
+
+# --------------------------------------------------------------------------
+# 5. The ceiling
 
 def ceiling():
     env = dict(os.environ, CARGO_TARGET_DIR=os.path.join(REPO, "target", "ceiling"))
@@ -332,6 +366,23 @@ def markdown(results, mode):
         "",
         f"P99.99 at step 100 is {small / big:.2f}× that at step 100,000; calls that waited for a refill: "
         + ", ".join(f"{tag} {v['waits']} ({v['refills']} refills)" for tag, v in waits.items()) + ".",
+        "",
+        f"**The first INSERT after a {PAUSE_SECONDS} s pause** (one session per generator, "
+        f"`synchronous_commit = on`, {len(results['pause_ms']['bigserial'])} interleaved rounds):",
+        "",
+        "| generator | ms (median) | spread (min – max) | vs bigserial |",
+        "|---|---:|---:|---:|",
+    ]
+    pause = results["pause_ms"]
+    bigserial = statistics.median(pause["bigserial"])
+    for label, values in pause.items():
+        median = statistics.median(values)
+        lines.append(f"| {label} | {median:.3f} | {min(values):.3f} – {max(values):.3f} | "
+                     f"{median / bigserial:.2f}× |")
+    lines += [
+        "",
+        "Through a pause the snowflake keeper keeps its high-water mark ahead of the clock (for up to "
+        "5 minutes after the last ID), so the first call after it does not wait for a WAL flush and an fsync.",
         "",
         "**The ceiling without PostgreSQL** (`tests/bench/ceiling`, ops per second):",
         "",
@@ -456,6 +507,7 @@ def main():
         results.update(marginal_ns=costs, bare_ns=bare_ns, snowflake_ids_per_second=rates)
         results["insert"] = insert_throughput(cluster, settings["insert_seconds"], workdir)
         results["tail"], results["tail_waits"] = refill_tail(cluster, settings["tail_seconds"], workdir)
+        results["pause_ms"] = first_insert_after_pause(cluster, settings["pause_rounds"])
     finally:
         cluster.destroy()
         central.destroy()

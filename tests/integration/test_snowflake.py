@@ -667,3 +667,20 @@ def test_the_scalar_helpers_agree_with_snowflake_parse_from_every_calling_contex
         conn.rollback()
     c.restart()
     check(c.sql(f"SELECT id, {parts} FROM flakes"))
+
+
+def test_the_mark_stays_ahead_of_the_clock_through_a_pause(snowflake_cluster):
+    # Issue 20, item 6: the first call after a few seconds idle must not
+    # wait for the keeper's commit and fsync. The mark (persisted_until)
+    # follows the clock through the pause, where before it stayed one
+    # window (pg_idgen.snowflake_persist_ahead, 2 s) above the last ID.
+    c = snowflake_cluster
+    ids = draw_snowflakes(c, 100)
+    (last_ms,), = c.sql("SELECT extract(epoch FROM (snowflake_parse(%s)).ts) * 1000", (ids[-1],))
+    time.sleep(6)
+    (until_ms, now_ms), = c.sql(
+        "SELECT extract(epoch FROM persisted_until) * 1000, extract(epoch FROM clock_timestamp()) * 1000 "
+        "FROM snowflake_status WHERE generator = 'default'")
+    assert until_ms > last_ms + 4000, (
+        f"the mark stayed {until_ms - last_ms:.0f} ms above the last ID through a 6 s pause")
+    assert until_ms <= now_ms + 2025, "the mark ran more than a window ahead of the clock"
