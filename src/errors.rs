@@ -273,6 +273,13 @@ pub enum IdgenError {
         tag: String,
         message: String,
     },
+    /// A trigger changed the update that gives a tag's untaken IDs back to
+    /// its row at a clean stop (`distributor::give_back`).
+    GiveBackRewritten {
+        tag: String,
+        wanted: i64,
+        written: i64,
+    },
     /// A range the worker took could not be put into shared memory.
     RangeNotCached {
         tag: String,
@@ -627,6 +634,7 @@ impl IdgenError {
             IdgenError::RemoteRefillFailed { sqlstate, .. } => PgSqlErrorCode::from(*sqlstate),
             IdgenError::RefillSpiFailed { .. } => ERRCODE_INTERNAL_ERROR,
             IdgenError::RangeNotCached { .. } => ERRCODE_INTERNAL_ERROR,
+            IdgenError::GiveBackRewritten { .. } => ERRCODE_TRIGGERED_DATA_CHANGE_VIOLATION,
             IdgenError::WorkerExitedWhileStarting { .. } => {
                 ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE
             }
@@ -816,6 +824,9 @@ impl IdgenError {
             IdgenError::RefillSpiFailed { tag, message } => {
                 format!("refill of segment tag \"{tag}\" failed: {message}")
             }
+            IdgenError::GiveBackRewritten { tag, wanted, written } => format!(
+                "a trigger on id_segment changed the give-back of segment tag \"{tag}\" at a clean stop: max_id {written} instead of {wanted}"
+            ),
             IdgenError::RangeNotCached {
                 tag,
                 first,
@@ -974,6 +985,7 @@ impl IdgenError {
             IdgenError::RefillRowLocked { central: None } => "A transaction holds the row (SELECT ... FOR UPDATE, or an UPDATE or DELETE not yet committed) or a lock on id_segment (ALTER EXTENSION pg_idgen UPDATE, DDL): end it. pg_locks and pg_stat_activity show which session it is.".into(),
             IdgenError::RefillSpiFailed { .. } => SEE_SERVER_LOG.into(),
             IdgenError::RangeNotCached { .. } => "This is a bug in pg_idgen; the range is skipped and no ID repeats.".into(),
+            IdgenError::GiveBackRewritten { .. } => "Nothing was given back and no ID repeats: the unused IDs are a gap, as after a crash. Let triggers on id_segment leave an update that lowers max_id alone (it happens only at a clean stop, under pg_idgen.allow_max_id_decrease).".into(),
             IdgenError::WorkerExitedWhileStarting { .. } => "The server log has the worker's error (look for \"pg_idgen refill worker\"); the next call that needs IDs starts it again.".into(),
             IdgenError::FallbackWithoutMachineId { .. } | IdgenError::FallbackNeedsMachineId => "Servers that fall back together need machine ids of their own, or they hand out the same IDs. Set pg_idgen.machine_id to a number no other server uses (or 'hostname', or 'lease') in postgresql.conf and restart.".into(),
             IdgenError::CurrvalNotYetDefined { tag } => format!(

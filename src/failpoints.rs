@@ -17,7 +17,9 @@
 //! `worker-remote-before-commit` (a remote refill's CAS done on the central
 //! server, its row lock held, before the commit: from the central server's
 //! side, a link that froze there), `worker-before-publish` (after the
-//! refill committed, before the range is published to shared memory).
+//! refill committed, before the range is published to shared memory),
+//! `worker-before-give-back` (a worker told to stop has closed a tag's
+//! chain and not yet given its untaken IDs back to the row).
 
 #[cfg(feature = "failpoints")]
 pub fn failpoint(name: &str) {

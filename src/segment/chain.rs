@@ -383,6 +383,55 @@ impl RangeChain {
         self.high_water.store(i64::MIN, Ordering::Relaxed);
     }
 
+    /// Closes the chain at a clean stop: no ID is handed out from it any
+    /// more, and the IDs nobody took at the top of it come back as
+    /// `(lowest, highest)` — the run of consecutive untaken IDs that ends
+    /// at the last published ID, which the worker may give back to the row
+    /// — or `None` when nothing is left (or the chain never got a range).
+    ///
+    /// Like `discard`, every ticket up to the end is spent at once, so a
+    /// taker after the call finds the chain empty, and one that drew its
+    /// ticket before keeps its ID: every such ID is below `lowest`, since
+    /// IDs grow with tickets. The high water goes down to `lowest - 1`, so
+    /// that a later range may start right above what was handed out.
+    ///
+    /// Serialised with `publish` by the caller.
+    pub fn close(&self) -> Option<(i64, i64)> {
+        let end = self.end.load(Ordering::Acquire);
+        let untaken = self.tickets.fetch_max(end, Ordering::AcqRel);
+        if untaken >= end {
+            return None;
+        }
+        self.lost_tickets
+            .fetch_add(end - untaken, Ordering::Relaxed);
+        let published = self.published.load(Ordering::Acquire);
+        let oldest = published.saturating_sub(RING as u64 - 1).max(1);
+        let mut top: Option<(i64, i64)> = None;
+        for range_no in (oldest..=published).rev() {
+            // Ranges not used up are never overwritten: each is readable.
+            let Some(range) = self.read_entry(range_no) else {
+                break;
+            };
+            if range.end() <= untaken {
+                break;
+            }
+            let lowest = range.first + untaken.saturating_sub(range.start) as i64;
+            let highest = range.first + (range.len as i64 - 1);
+            top = match top {
+                None => Some((lowest, highest)),
+                Some((above, high)) if highest + 1 == above => Some((lowest, high)),
+                Some(_) => break,
+            };
+            if range.start <= untaken {
+                break;
+            }
+        }
+        if let Some((lowest, _)) = top {
+            self.high_water.store(lowest - 1, Ordering::Relaxed);
+        }
+        top
+    }
+
     /// A snapshot for monitoring and the refill policy: `published` and the
     /// ranges are read before the ticket counter, so the current range is
     /// always one the ticket count has reached (or the last one, used up).
@@ -505,6 +554,75 @@ mod tests {
         let ids = drain(&chain);
         assert_eq!(ids.len(), 80);
         assert_eq!(ids.last(), Some(&1009));
+    }
+
+    #[test]
+    fn close_gives_back_the_untaken_top_of_contiguous_ranges() {
+        let chain = RangeChain::new();
+        chain.publish(1, 10, 5).unwrap();
+        chain.publish(11, 10, 5).unwrap();
+        for _ in 0..3 {
+            chain.take().unwrap();
+        }
+        assert_eq!(chain.close(), Some((4, 20)));
+        assert_eq!(chain.take(), None, "closed: nothing more is handed out");
+        assert_eq!(chain.status().ids_taken, 3);
+        // A later range may start right above what was handed out.
+        chain.publish(4, 5, 2).unwrap();
+        assert_eq!(drain(&chain), [4, 5, 6, 7, 8]);
+    }
+
+    #[test]
+    fn close_stops_at_a_gap_between_ranges() {
+        let chain = RangeChain::new();
+        chain.publish(1, 10, 5).unwrap();
+        chain.publish(101, 10, 5).unwrap();
+        chain.take().unwrap();
+        // 2..10 are untaken too, but 11..100 belong to someone else.
+        assert_eq!(chain.close(), Some((101, 110)));
+        let used_up = RangeChain::new();
+        used_up.publish(1, 2, 1).unwrap();
+        drain(&used_up);
+        assert_eq!(used_up.close(), None);
+        assert_eq!(RangeChain::new().close(), None);
+    }
+
+    #[test]
+    fn close_racing_with_takers_gives_back_only_ids_nobody_took() {
+        for _ in 0..50 {
+            let chain = Arc::new(RangeChain::new());
+            chain.publish(1, 5_000, 2_500).unwrap();
+            chain.publish(5_001, 5_000, 2_500).unwrap();
+            let takers: Vec<_> = (0..3)
+                .map(|_| {
+                    let chain = Arc::clone(&chain);
+                    std::thread::spawn(move || {
+                        let mut ids = Vec::new();
+                        while let Some(taken) = chain.take() {
+                            ids.push(taken.id);
+                        }
+                        ids
+                    })
+                })
+                .collect();
+            std::thread::yield_now();
+            let given_back = chain.close();
+            let taken: Vec<i64> = takers.into_iter().flat_map(|t| t.join().unwrap()).collect();
+            if let Some((lowest, highest)) = given_back {
+                assert_eq!(highest, 10_000);
+                assert!(
+                    taken.iter().all(|&id| id < lowest),
+                    "an ID given back was taken"
+                );
+                assert_eq!(
+                    taken.len() as i64,
+                    lowest - 1,
+                    "an ID below the give-back was lost"
+                );
+            } else {
+                assert_eq!(taken.len(), 10_000);
+            }
+        }
     }
 
     #[test]

@@ -79,7 +79,7 @@
 
 use super::fence::{parse_lsn, refusal, Acceptance, CentralPosition, Lsn, Recorded};
 use super::policy::{granted_range, plan_range, RefillProblem};
-use super::registry::WorkerKey;
+use super::registry::{GiveBack, WorkerKey};
 use crate::catalog::as_owner;
 use crate::errors::IdgenError;
 use crate::failpoints::failpoint;
@@ -108,6 +108,10 @@ pub struct Granted {
     pub cas_conflicts: u64,
     /// The range came from a central server (`id_segment_remote`).
     pub remote: bool,
+    /// The local row's `version` as the CAS left it (`None` for a central
+    /// server's row): a clean stop gives the range's untaken top back to
+    /// the row only while it still has this version (`give_back`).
+    pub row_version: Option<i64>,
 }
 
 /// How often the CAS may lose to other allocators in one refill before the
@@ -418,6 +422,7 @@ fn take_remote_range(
     failpoint("worker-remote-before-commit");
     Ok(Ok(Granted {
         remote: true,
+        row_version: None,
         ..granted
     }))
 }
@@ -529,6 +534,69 @@ pub fn record_position(
     Ok(())
 }
 
+/// At a clean stop: gives the untaken top of a local tag's cached ranges
+/// back to its row — `max_id` down to `back.lowest - 1` — if the row is
+/// still exactly as the slot's last refill left it (same table, `version`
+/// and `max_id`): then no other allocator took a range since, and the IDs
+/// above `back.lowest - 1` were never handed out by anyone. Returns whether
+/// it did. An attached tag's row is on its central server: left alone.
+///
+/// Must run inside a transaction; the caller commits it (synchronously).
+/// The guard trigger is told by `pg_idgen.allow_max_id_decrease` for this
+/// transaction only; a trigger of the user's that changes the update is
+/// refused (the whole give-back rolls back).
+pub fn give_back(tag: &str, back: &GiveBack) -> Result<bool, pgrx::spi::Error> {
+    Spi::connect_mut(|client| {
+        client.update(
+            "SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true), \
+                    pg_catalog.set_config('synchronous_commit', 'on', true), \
+                    pg_catalog.set_config('lock_timeout', $1, true), \
+                    pg_catalog.set_config('pg_idgen.allow_max_id_decrease', 'on', true)",
+            None,
+            &[format!("{ROW_LOCK_WAIT_MS}ms").into()],
+        )?;
+        let Some(table) = find_table(client)? else {
+            return Ok(false);
+        };
+        if table.oid != back.table_oid || find_remote(client, &table, tag)?.is_some() {
+            return Ok(false);
+        }
+        let wanted = back.lowest - 1;
+        let write = format!(
+            "UPDATE {} SET max_id = $2, version = version OPERATOR(pg_catalog.+) 1, \
+                    updated_at = pg_catalog.now() \
+              WHERE biz_tag OPERATOR(pg_catalog.=) $1 AND version OPERATOR(pg_catalog.=) $3 \
+                AND max_id OPERATOR(pg_catalog.=) $4 \
+          RETURNING max_id",
+            table.qualified_name
+        );
+        let written = as_owner(table.owner, || {
+            client
+                .update(
+                    write.as_str(),
+                    None,
+                    &[
+                        tag.into(),
+                        wanted.into(),
+                        back.row_version.into(),
+                        back.highest.into(),
+                    ],
+                )
+                .map(|rows| rows.first().get::<i64>(1).ok().flatten())
+        })?;
+        match written {
+            None => Ok(false),
+            Some(max_id) if max_id == wanted => Ok(true),
+            Some(max_id) => IdgenError::GiveBackRewritten {
+                tag: tag.to_string(),
+                wanted,
+                written: max_id,
+            }
+            .raise(),
+        }
+    })
+}
+
 /// The CAS loop of `take_range`, run as the table's owner. `floor` is the
 /// largest ID this server already took from the row: a row below it is
 /// refused (`MaxIdBehind`).
@@ -549,7 +617,7 @@ fn cas(
                     updated_at = pg_catalog.now() \
               WHERE biz_tag OPERATOR(pg_catalog.=) $1 AND version OPERATOR(pg_catalog.=) $3 \
                 AND max_id OPERATOR(pg_catalog.=) $4 \
-          RETURNING max_id",
+          RETURNING max_id, version",
             table.qualified_name
         );
         let mut cas_conflicts = 0;
@@ -588,7 +656,9 @@ fn cas(
                     max_id.into(),
                 ],
             )?;
-            if let Some(written_max_id) = updated.first().get::<i64>(1).ok().flatten() {
+            let written = updated.first();
+            if let Some(written_max_id) = written.get::<i64>(1).ok().flatten() {
+                let row_version = written.get::<i64>(2).ok().flatten();
                 let (first, len) = match granted_range(&plan, written_max_id) {
                     Ok(range) => range,
                     Err(problem) => return Ok(Err(problem)),
@@ -601,6 +671,7 @@ fn cas(
                     table_oid: table.oid,
                     cas_conflicts,
                     remote: false,
+                    row_version,
                 }));
             }
             unmoved = Some((version, max_id));

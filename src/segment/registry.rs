@@ -108,6 +108,12 @@ pub struct Slot {
     /// server and hands it to that server's lane.
     lane: AtomicU32,
     pub chain: RangeChain,
+    /// The row's `version` as the CAS that gave the last published range
+    /// left it (`NO_ROW_VERSION`: not known — no range yet, a range from a
+    /// central server, or the ranges discarded). At a clean stop the row
+    /// still at this version has been taken from by nobody else since, so
+    /// the chain's untaken top can go back to it (`close_for_give_back`).
+    row_version: AtomicI64,
     pub stats: SlotStats,
     /// Bumped after each failed refill, once `error` holds its text.
     pub error_seq: AtomicU64,
@@ -219,6 +225,7 @@ pub unsafe fn attach(base: *mut u8, found: bool, max_tags: usize, lock: *mut pg_
             let slot = slots.add(i);
             std::ptr::write_bytes(slot as *mut u8, 0, std::mem::size_of::<Slot>());
             std::ptr::write(std::ptr::addr_of_mut!((*slot).chain), RangeChain::new());
+            (*slot).row_version.store(NO_ROW_VERSION, Ordering::Relaxed);
             pg_sys::ConditionVariableInit((*slot).cv.get());
             std::ptr::write_bytes(
                 workers.add(i) as *mut u8,
@@ -250,6 +257,19 @@ impl Drop for Locked<'_> {
         // SAFETY: acquired in `Registry::lock`; an LWLock may be released once.
         unsafe { pg_sys::LWLockRelease(self.registry.lock) };
     }
+}
+
+/// `Slot::row_version` when the row's version is not known.
+const NO_ROW_VERSION: i64 = i64::MIN;
+
+/// The untaken top of a slot's chain at a clean stop, and the row version
+/// under which it may go back to the row (`distributor::give_back`).
+#[derive(Debug, Clone, Copy)]
+pub struct GiveBack {
+    pub table_oid: u32,
+    pub lowest: i64,
+    pub highest: i64,
+    pub row_version: i64,
 }
 
 /// A slot's owner and generation, read together under the lock.
@@ -344,7 +364,7 @@ impl Registry {
         // Generation first: a backend still holding the old generation
         // must see the change before it could see the new chain contents.
         let generation = slot.generation.fetch_add(1, Ordering::SeqCst) + 1;
-        slot.chain.discard();
+        slot.discard();
         slot.reset_stats();
         slot.stats
             .taken_base
@@ -633,7 +653,7 @@ impl Slot {
     fn release(&self) {
         self.generation.fetch_add(1, Ordering::SeqCst);
         self.active.store(false, Ordering::Release);
-        self.chain.discard();
+        self.discard();
         self.broadcast();
     }
 
@@ -732,23 +752,52 @@ impl Slot {
         s.fallback_asked_at_ms.store(0, Ordering::Relaxed);
     }
 
-    /// Publishes a committed range (exclusive lock held). If the slot was
-    /// bound to another `id_segment` table (the extension was re-created),
-    /// its old ranges are dropped first.
+    /// Publishes a committed range (exclusive lock held), which left the
+    /// row at `row_version` (`None` for a central server's row). If the
+    /// slot was bound to another `id_segment` table (the extension was
+    /// re-created), its old ranges are dropped first.
     pub fn publish(
         &self,
         _locked: &Locked<'_>,
         table_oid: u32,
-        first: i64,
-        len: u64,
-        mark: u64,
+        (first, len, mark): (i64, u64, u64),
+        row_version: Option<i64>,
     ) -> Result<(), PublishError> {
         self.rebind(table_oid);
         let published = self.chain.publish(first, len, mark);
         if published.is_ok() {
             self.stats.falling_back.store(false, Ordering::Relaxed);
+            self.row_version
+                .store(row_version.unwrap_or(NO_ROW_VERSION), Ordering::Relaxed);
         }
         published
+    }
+
+    /// Drops every range (their IDs become a gap).
+    fn discard(&self) {
+        self.chain.discard();
+        self.row_version.store(NO_ROW_VERSION, Ordering::Relaxed);
+    }
+
+    /// At a clean stop (exclusive lock held): closes the chain, if the slot
+    /// still has `generation`, and returns what may go back to the row —
+    /// the untaken IDs at the top of the chain and the row version that
+    /// says nobody else took a range since — or `None`.
+    pub fn close_for_give_back(&self, _locked: &Locked<'_>, generation: u64) -> Option<GiveBack> {
+        if self.generation.load(Ordering::Acquire) != generation {
+            return None;
+        }
+        let row_version = self.row_version.swap(NO_ROW_VERSION, Ordering::Relaxed);
+        if row_version == NO_ROW_VERSION {
+            return None;
+        }
+        let (lowest, highest) = self.chain.close()?;
+        Some(GiveBack {
+            table_oid: self.table_oid.load(Ordering::Acquire),
+            lowest,
+            highest,
+            row_version,
+        })
     }
 
     /// Binds the slot to `table_oid`, dropping ranges from any other table
@@ -766,7 +815,7 @@ impl Slot {
         let bound = self.table_oid.load(Ordering::Acquire);
         if bound != table_oid {
             if bound != 0 {
-                self.chain.discard();
+                self.discard();
             }
             self.table_oid.store(table_oid, Ordering::Release);
         }

@@ -26,6 +26,12 @@
 //! the same, so a slot freed and reassigned (to another database, even)
 //! while the refill ran never receives it.
 //!
+//! Told to stop (SIGTERM: a clean server stop, `pg_terminate_backend`),
+//! the local lane's worker closes each tag's chain and gives the untaken
+//! IDs at its top back to the row, where the row's version says nobody
+//! else took a range since (`give_back_all`), so a clean restart skips no
+//! ID of a tag only this server uses.
+//!
 //! It never stands in the way of `DROP DATABASE`, `ALTER DATABASE ...
 //! RENAME` or `CREATE DATABASE ... TEMPLATE`: between passes it probes the
 //! lock those commands take on its database and exits when one waits for
@@ -155,6 +161,69 @@ pub extern "C-unwind" fn pg_idgen_refill_worker_main(arg: pg_sys::Datum) {
         if !bgworker::wait(PASS_INTERVAL) {
             break; // SIGTERM or postmaster death
         }
+    }
+    if bgworker::shutdown_requested() && key.lane == WorkerKey::LOCAL {
+        give_back_all(registry, database);
+    }
+}
+
+/// At a clean stop (SIGTERM: `pg_ctl stop` in smart or fast mode, or
+/// `pg_terminate_backend`): closes the chain of every local tag of the
+/// database and gives its untaken top back to the row where nobody else
+/// took a range since (`distributor::give_back`), so that a clean restart
+/// skips no ID of a tag only this server uses. Each tag is closed before
+/// its row is written: a caller after that finds the chain empty and waits
+/// for the next worker. A give-back that fails leaves the IDs a gap, as a
+/// crash would; it is logged. Attached tags keep their ranges' remainder
+/// as a gap (their rows are on the central server).
+fn give_back_all(registry: &Registry, database: u32) {
+    let mut given_back = 0;
+    for (_, slot) in registry.slots() {
+        let identity = {
+            let shared = registry.lock(false);
+            slot.identity(&shared)
+        };
+        let Some(identity) = identity.filter(|id| id.database == database) else {
+            continue;
+        };
+        if slot.lane() != WorkerKey::LOCAL {
+            continue;
+        }
+        let back = {
+            let exclusive = registry.lock(true);
+            slot.close_for_give_back(&exclusive, identity.generation)
+        };
+        let Some(back) = back else { continue };
+        slot.broadcast();
+        failpoint("worker-before-give-back");
+        let tag = identity.tag.as_str();
+        match bgworker::in_transaction(gucs::REMOTE_TIMEOUT_MS.get(), || {
+            distributor::give_back(tag, &back)
+        }) {
+            Ok(Ok(true)) => {
+                given_back += 1;
+                pgrx::debug1!(
+                    "pg_idgen: gave IDs {}..{} of segment tag \"{tag}\" back to id_segment",
+                    back.lowest,
+                    back.highest
+                );
+            }
+            Ok(Ok(false)) => {}
+            Ok(Err(spi_error)) => IdgenError::log(
+                &IdgenError::RefillSpiFailed {
+                    tag: tag.to_string(),
+                    message: spi_error.to_string(),
+                }
+                .stored(),
+                PgLogLevel::LOG,
+            ),
+            Err(error) => IdgenError::log(&error, PgLogLevel::LOG),
+        }
+    }
+    if given_back > 0 {
+        pgrx::log!(
+            "pg_idgen: gave the unused IDs of {given_back} segment tag(s) back to id_segment"
+        );
     }
 }
 
@@ -427,9 +496,8 @@ fn publish(registry: &Registry, attempt: &Attempt<'_>, granted: &Granted) -> Pub
     if let Err(e) = slot.publish(
         &exclusive,
         granted.table_oid,
-        granted.first,
-        granted.len,
-        mark,
+        (granted.first, granted.len, mark),
+        granted.row_version,
     ) {
         return Publish::Refused(
             IdgenError::RangeNotCached {

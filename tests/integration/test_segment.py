@@ -480,3 +480,96 @@ def test_segment_setval_from_a_trigger_and_a_cursor_holds_through_a_crash_and_a_
     assert min(got) > value
     drawn += got
     assert_unique(drawn)
+
+
+# ---------------------------------------------------------------------------
+# A clean stop gives the unused IDs back (issue 20, item 7).
+
+def classic_take(cluster, tag):
+    """One range taken by a client of the classic version-CAS protocol:
+    (first, last)."""
+    with cluster.connect() as conn:
+        while True:
+            max_id, step, version = conn.execute(
+                "SELECT max_id, step, version FROM id_segment WHERE biz_tag = %s", (tag,)).fetchone()
+            if conn.execute("UPDATE id_segment SET max_id = max_id + step, version = version + 1 "
+                            "WHERE biz_tag = %s AND version = %s", (tag, version)).rowcount == 1:
+                return max_id + 1, max_id + step
+
+
+@pytest.mark.parametrize("mode", ["fast", "smart"])
+def test_a_clean_restart_skips_no_id_of_a_tag_used_only_here(make_cluster, mode):
+    c = make_cluster()
+    c.start()
+    c.sql("CREATE EXTENSION pg_idgen")
+    c.sql("SELECT segment_create('orders', step => 1000)")
+    c.sql("SELECT segment_create('idle', step => 1000)")
+    before = draw_batches(c, "postgres", "orders", 5, 700)
+    idle_before = draw_batches(c, "postgres", "idle", 1, 10)
+    (cached_to,), = c.sql("SELECT max_id FROM id_segment WHERE biz_tag = 'orders'")
+    assert cached_to > max(before), "the worker should hold a range ahead"
+    c.restart(mode)
+    after = draw_batches(c, "postgres", "orders", 1, 10)
+    assert after[0] == max(before) + 1, (
+        f"a {mode} restart skipped {max(before) + 1}..{after[0] - 1} (the row had {cached_to})")
+    assert draw_batches(c, "postgres", "idle", 1, 1) == [max(idle_before) + 1]
+    assert "gave the unused IDs of 2 segment tag(s) back" in c.log()
+
+
+def test_a_crash_still_skips_and_repeats_nothing(make_cluster):
+    c = make_cluster()
+    c.start()
+    c.sql("CREATE EXTENSION pg_idgen")
+    c.sql("SELECT segment_create('orders', step => 1000)")
+    before = draw_batches(c, "postgres", "orders", 2, 700)
+    (cached_to,), = c.sql("SELECT max_id FROM id_segment WHERE biz_tag = 'orders'")
+    c.restart("immediate")
+    after = draw_batches(c, "postgres", "orders", 1, 10)
+    assert after[0] == cached_to + 1, "after a crash the next ID is above what the row had handed out"
+
+
+def test_nothing_goes_back_when_another_allocator_took_a_range_meanwhile(make_cluster):
+    # The worker is stopped (pg_terminate_backend) and paused between closing
+    # the chain and writing the row; a classic client takes a range then.
+    c = make_cluster()
+    c.start()
+    c.sql("CREATE EXTENSION pg_idgen")
+    c.sql("SELECT segment_create('orders', step => 1000)")
+    before = draw_batches(c, "postgres", "orders", 2, 700)
+    stop = lambda: c.sql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                         "WHERE backend_type = 'pg_idgen refill worker'")
+    with paused(c, "worker-before-give-back", trigger=stop):
+        classic = classic_take(c, "orders")
+        # A caller meanwhile finds the chain closed and waits for a worker.
+        waiting = ThreadPoolExecutor(1).submit(draw_batches, c, "postgres", "orders", 1, 5)
+        time.sleep(0.5)
+        assert not waiting.done(), "a call was served from a closed chain"
+    meanwhile = waiting.result(timeout=60)
+    after = draw_batches(c, "postgres", "orders", 1, 10) + meanwhile
+    assert min(after) > classic[1], f"IDs {sorted(after)[:3]}... repeat the classic client's {classic}"
+    assert_unique(before + after)
+    (max_id, version), = c.sql("SELECT max_id, version FROM id_segment WHERE biz_tag = 'orders'")
+    assert max_id >= max(after)
+
+
+def test_a_trigger_that_rewrites_the_give_back_is_refused(make_cluster):
+    c = make_cluster(conf=["log_line_prefix = '%e '"])
+    c.start()
+    c.sql("CREATE EXTENSION pg_idgen")
+    c.sql("SELECT segment_create('orders', step => 1000)")
+    c.sql("""
+        CREATE FUNCTION lower_more() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            IF NEW.max_id < OLD.max_id THEN NEW.max_id := NEW.max_id - 100; END IF;
+            RETURN NEW;
+        END $$;
+        CREATE TRIGGER lower_more BEFORE UPDATE ON id_segment FOR EACH ROW EXECUTE FUNCTION lower_more();
+    """)
+    before = draw_batches(c, "postgres", "orders", 2, 700)
+    (cached_to,), = c.sql("SELECT max_id FROM id_segment WHERE biz_tag = 'orders'")
+    c.restart("fast")
+    assert c.sql("SELECT max_id FROM id_segment WHERE biz_tag = 'orders'") == [(cached_to,)]
+    assert "27000 " in c.log() and "changed the give-back of segment tag \"orders\"" in c.log()
+    after = draw_batches(c, "postgres", "orders", 1, 10)
+    assert min(after) == cached_to + 1
+    assert_unique(before + after)
