@@ -6,7 +6,7 @@
 REVOKE ALL ON FUNCTION segment_nextval(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION segment_nextval(text, int) FROM PUBLIC;
 REVOKE ALL ON FUNCTION segment_create(text, bigint, int) FROM PUBLIC;
-REVOKE ALL ON FUNCTION segment_drop(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION segment_drop(text, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION segment_setval(text, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION segment_attach(text, text, text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION segment_reserve(text, int) FROM PUBLIC;
@@ -83,7 +83,7 @@ CREATE TRIGGER snowflake_high_water_never_decreases
 -- that none is missing).
 COMMENT ON FUNCTION segment_nextval(text, int) IS 'pg_idgen: n IDs of a segment tag, increasing, taken from shared memory a block at a time';
 COMMENT ON FUNCTION segment_create(text, bigint, int) IS 'pg_idgen: adds a segment tag (its row in id_segment); the first ID handed out is start';
-COMMENT ON FUNCTION segment_drop(text) IS 'pg_idgen: removes a segment tag (or its attachment) and the IDs cached for it';
+COMMENT ON FUNCTION segment_drop(text, boolean) IS 'pg_idgen: removes a segment tag (or its attachment) and the IDs cached for it; refused while a column default uses it, unless forced';
 COMMENT ON FUNCTION segment_attach(text, text, text, text) IS 'pg_idgen: from now on the tag''s ranges come from a central server''s id_segment through postgres_fdw';
 COMMENT ON FUNCTION segment_reserve(text, int) IS 'pg_idgen: n IDs of a segment tag at once, as blocks (first, last), for a cache in the application';
 COMMENT ON FUNCTION segment_setval(text, bigint) IS 'pg_idgen: the next ID of a segment tag is above the value, in every session at once (as setval)';
@@ -184,7 +184,7 @@ COMMENT ON COLUMN snowflake_status.persisted_until IS 'the high-water mark recor
 COMMENT ON COLUMN snowflake_status.restarted_above IS 'the high-water time this run started above (NULL on a first start)';
 COMMENT ON COLUMN snowflake_status.clock_backwards IS 'calls that saw the wall clock behind a time seen before';
 COMMENT ON COLUMN snowflake_status.lead_waits IS 'calls that waited for the wall clock';
-COMMENT ON COLUMN snowflake_status.persist_waits IS 'waits for the keeper to record a new mark';
+COMMENT ON COLUMN snowflake_status.persist_waits IS 'calls that waited for the keeper to record a new mark';
 COMMENT ON COLUMN snowflake_status.ids_issued IS 'IDs issued since start';
 COMMENT ON COLUMN snowflake_status.keeper_pid IS 'the snowflake keeper, while it runs';
 COMMENT ON COLUMN snowflake_status.lease_machine_id IS 'with machine_id = lease: the id held';
@@ -193,3 +193,26 @@ COMMENT ON COLUMN snowflake_status.lease_server IS 'where the lease comes from';
 COMMENT ON COLUMN snowflake_status.lease_problem IS 'why there is no lease, or the last renewal problem';
 COMMENT ON COLUMN snowflake_status.wal_mark IS 'the mark committed in snowflake_high_water, as the keeper last read or wrote it';
 COMMENT ON COLUMN snowflake_status.wal_mark_problem IS 'why the mark cannot be read or committed (NULL when it can)';
+
+-- Column defaults that draw from a segment tag (src/segment/default_check.rs):
+-- after CREATE TABLE or ALTER TABLE, a default naming a tag that does not
+-- exist when the transaction commits gets a WARNING, as a typo in a
+-- sequence's name would be an error at once. segment_drop refuses to drop
+-- a tag a default still uses.
+CREATE FUNCTION segment_defaults_event() RETURNS event_trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM @extschema@.segment_defaults_check(c.objid)
+       FROM pg_catalog.pg_event_trigger_ddl_commands() c
+      WHERE c.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
+        AND c.objsubid OPERATOR(pg_catalog.=) 0;
+END
+$$;
+CREATE EVENT TRIGGER pg_idgen_segment_defaults ON ddl_command_end
+    WHEN TAG IN ('CREATE TABLE', 'ALTER TABLE')
+    EXECUTE FUNCTION segment_defaults_event();
+COMMENT ON FUNCTION segment_defaults_event() IS 'pg_idgen: event trigger function: hands the tables a DDL command touched to segment_defaults_check';
+COMMENT ON FUNCTION segment_defaults_check(oid) IS 'pg_idgen: as the transaction commits, warns about the table''s column defaults that name a segment tag that does not exist';
+COMMENT ON EVENT TRIGGER pg_idgen_segment_defaults IS 'pg_idgen: warns about column defaults that name a segment tag that does not exist';

@@ -286,10 +286,44 @@ CREATE FUNCTION segment_currval(tag text) RETURNS bigint
     VOLATILE PARALLEL UNSAFE
     LANGUAGE c AS 'MODULE_PATHNAME', 'segment_currval_wrapper';
 
+-- segment_drop(tag, force => false): refused while a column default uses
+-- the tag (src/segment/ddl.rs).
+DROP FUNCTION segment_drop(text);
+CREATE FUNCTION segment_drop(tag text, force boolean DEFAULT false) RETURNS void
+    VOLATILE PARALLEL UNSAFE
+    LANGUAGE c AS 'MODULE_PATHNAME', 'segment_drop_wrapper';
+REVOKE ALL ON FUNCTION segment_drop(text, boolean) FROM PUBLIC;
+CREATE FUNCTION segment_defaults_check(relid oid) RETURNS void
+    VOLATILE PARALLEL UNSAFE
+    LANGUAGE c AS 'MODULE_PATHNAME', 'segment_defaults_check_wrapper';
+
+-- Column defaults that draw from a segment tag (src/segment/default_check.rs):
+-- after CREATE TABLE or ALTER TABLE, a default naming a tag that does not
+-- exist when the transaction commits gets a WARNING, as a typo in a
+-- sequence's name would be an error at once. segment_drop refuses to drop
+-- a tag a default still uses.
+CREATE FUNCTION segment_defaults_event() RETURNS event_trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM @extschema@.segment_defaults_check(c.objid)
+       FROM pg_catalog.pg_event_trigger_ddl_commands() c
+      WHERE c.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
+        AND c.objsubid OPERATOR(pg_catalog.=) 0;
+END
+$$;
+CREATE EVENT TRIGGER pg_idgen_segment_defaults ON ddl_command_end
+    WHEN TAG IN ('CREATE TABLE', 'ALTER TABLE')
+    EXECUTE FUNCTION segment_defaults_event();
+COMMENT ON FUNCTION segment_defaults_event() IS 'pg_idgen: event trigger function: hands the tables a DDL command touched to segment_defaults_check';
+COMMENT ON FUNCTION segment_defaults_check(oid) IS 'pg_idgen: as the transaction commits, warns about the table''s column defaults that name a segment tag that does not exist';
+COMMENT ON EVENT TRIGGER pg_idgen_segment_defaults IS 'pg_idgen: warns about column defaults that name a segment tag that does not exist';
+
 -- Descriptions of every function, table, view and column (as finalize.sql).
 COMMENT ON FUNCTION segment_nextval(text, int) IS 'pg_idgen: n IDs of a segment tag, increasing, taken from shared memory a block at a time';
 COMMENT ON FUNCTION segment_create(text, bigint, int) IS 'pg_idgen: adds a segment tag (its row in id_segment); the first ID handed out is start';
-COMMENT ON FUNCTION segment_drop(text) IS 'pg_idgen: removes a segment tag (or its attachment) and the IDs cached for it';
+COMMENT ON FUNCTION segment_drop(text, boolean) IS 'pg_idgen: removes a segment tag (or its attachment) and the IDs cached for it; refused while a column default uses it, unless forced';
 COMMENT ON FUNCTION segment_attach(text, text, text, text) IS 'pg_idgen: from now on the tag''s ranges come from a central server''s id_segment through postgres_fdw';
 COMMENT ON FUNCTION segment_reserve(text, int) IS 'pg_idgen: n IDs of a segment tag at once, as blocks (first, last), for a cache in the application';
 COMMENT ON FUNCTION segment_setval(text, bigint) IS 'pg_idgen: the next ID of a segment tag is above the value, in every session at once (as setval)';
@@ -390,7 +424,7 @@ COMMENT ON COLUMN snowflake_status.persisted_until IS 'the high-water mark recor
 COMMENT ON COLUMN snowflake_status.restarted_above IS 'the high-water time this run started above (NULL on a first start)';
 COMMENT ON COLUMN snowflake_status.clock_backwards IS 'calls that saw the wall clock behind a time seen before';
 COMMENT ON COLUMN snowflake_status.lead_waits IS 'calls that waited for the wall clock';
-COMMENT ON COLUMN snowflake_status.persist_waits IS 'waits for the keeper to record a new mark';
+COMMENT ON COLUMN snowflake_status.persist_waits IS 'calls that waited for the keeper to record a new mark';
 COMMENT ON COLUMN snowflake_status.ids_issued IS 'IDs issued since start';
 COMMENT ON COLUMN snowflake_status.keeper_pid IS 'the snowflake keeper, while it runs';
 COMMENT ON COLUMN snowflake_status.lease_machine_id IS 'with machine_id = lease: the id held';

@@ -33,6 +33,22 @@ pub enum IdgenError {
     TagExists {
         tag: String,
     },
+    /// `segment_drop` of a tag a column default (or generated column)
+    /// still calls `segment_nextval` with.
+    TagInUse {
+        tag: String,
+        table: String,
+        column: String,
+        generated: bool,
+        others: usize,
+    },
+    /// A column default names a tag that does not exist as the transaction
+    /// that created or altered its table commits.
+    DefaultOfUnknownTag {
+        table: String,
+        column: String,
+        tag: String,
+    },
     BadStep {
         step: i64,
     },
@@ -576,6 +592,8 @@ impl IdgenError {
             IdgenError::TagTooLong { .. } => ERRCODE_NAME_TOO_LONG,
             IdgenError::UnknownTag { .. } => ERRCODE_UNDEFINED_OBJECT,
             IdgenError::TagExists { .. } => ERRCODE_DUPLICATE_OBJECT,
+            IdgenError::TagInUse { .. } => ERRCODE_DEPENDENT_OBJECTS_STILL_EXIST,
+            IdgenError::DefaultOfUnknownTag { .. } => ERRCODE_WARNING,
             IdgenError::BadStep { .. } => ERRCODE_INVALID_PARAMETER_VALUE,
             IdgenError::BadStart { .. } => ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE,
             IdgenError::BadCount { .. } => ERRCODE_INVALID_PARAMETER_VALUE,
@@ -667,6 +685,24 @@ impl IdgenError {
             ),
             IdgenError::UnknownTag { tag } => format!("segment tag \"{tag}\" does not exist"),
             IdgenError::TagExists { tag } => format!("segment tag \"{tag}\" already exists"),
+            IdgenError::TagInUse {
+                tag,
+                table,
+                column,
+                generated,
+                others,
+            } => format!(
+                "cannot drop segment tag \"{tag}\" because the {} of column \"{column}\" of table {table} uses it{}",
+                if *generated { "generation expression" } else { "default" },
+                match others {
+                    0 => String::new(),
+                    1 => " (and 1 more column)".to_string(),
+                    n => format!(" (and {n} more columns)"),
+                }
+            ),
+            IdgenError::DefaultOfUnknownTag { table, column, tag } => format!(
+                "column \"{column}\" of table {table} draws from segment tag \"{tag}\", which does not exist"
+            ),
             IdgenError::NoSuchServer { server } => format!("server \"{server}\" does not exist"),
             IdgenError::NotPostgresFdw { server, wrapper } => format!(
                 "server \"{server}\" uses the foreign-data wrapper \"{wrapper}\", not postgres_fdw"
@@ -903,6 +939,22 @@ impl IdgenError {
             IdgenError::TagExists { .. } => {
                 "Use the existing tag, or remove it first with segment_drop().".into()
             }
+            IdgenError::TagInUse {
+                tag,
+                table,
+                column,
+                generated,
+                ..
+            } => format!(
+                "Change the column first (ALTER TABLE {table} ALTER COLUMN {} {}), or drop the tag anyway with SELECT segment_drop({}, force => true) (INSERTs that take the default then fail until the tag exists again).",
+                quote_identifier(column),
+                if *generated { "DROP EXPRESSION" } else { "DROP DEFAULT" },
+                quote_literal(tag)
+            ),
+            IdgenError::DefaultOfUnknownTag { tag, .. } => format!(
+                "INSERTs that take the default fail until the tag exists: create it with SELECT segment_create({}); or fix the default's tag.",
+                quote_literal(tag)
+            ),
             IdgenError::NoSuchServer { server } => format!(
                 "Create it with postgres_fdw: CREATE EXTENSION postgres_fdw; CREATE SERVER {} FOREIGN DATA WRAPPER postgres_fdw OPTIONS (host '...', dbname '...', connect_timeout '5', options '{}'); CREATE USER MAPPING FOR CURRENT_USER SERVER {} OPTIONS (user '...', password '...');",
                 quote_identifier(server), crate::remote_session::PINNED_OPTIONS, quote_identifier(server)

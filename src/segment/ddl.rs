@@ -28,6 +28,7 @@
 //! The refill itself is the distributor's (`distributor.rs`, "Sources").
 
 use super::created_here;
+use super::default_check::tag_uses;
 use super::distributor::{read_origin, record_position};
 use super::registry::registry_or_raise;
 use super::sql::{forget_resolved, note_last_of_tag};
@@ -105,12 +106,36 @@ fn segment_create(
 /// `segment_drop(tag)`: removes the tag's row and drops its cached ranges.
 /// Its IDs handed out so far stay handed out; a tag created again later
 /// starts wherever `segment_create` says.
+///
+/// Refused while a column default or generated column calls
+/// `segment_nextval` with the tag (as `DROP SEQUENCE` refuses while a
+/// default uses the sequence), unless `force`.
 #[pg_extern(volatile, parallel_unsafe)]
-fn segment_drop(tag: Option<&str>, fcinfo: pg_sys::FunctionCallInfo) {
+fn segment_drop(
+    tag: Option<&str>,
+    force: default!(Option<bool>, false),
+    fcinfo: pg_sys::FunctionCallInfo,
+) {
     let registry = registry_or_raise();
     let tag = required(tag, "segment tag");
+    let force = required(force, "force");
     check_tag(tag.as_bytes());
     let table_oid = current_table_oid(fcinfo);
+    if !force {
+        let mut uses = tag_uses(table_oid, None)
+            .into_iter()
+            .filter(|u| u.tag == tag);
+        if let Some(first) = uses.next() {
+            IdgenError::TagInUse {
+                tag: tag.to_string(),
+                table: first.table,
+                column: first.column,
+                generated: first.generated,
+                others: uses.count(),
+            }
+            .raise();
+        }
+    }
     let delete = format!(
         "DELETE FROM {} WHERE biz_tag OPERATOR(pg_catalog.=) $1",
         table_name(table_oid)

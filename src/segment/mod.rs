@@ -6,6 +6,8 @@
 //! * `policy`: when to refill, where the prefetch mark sits, what range a
 //!   row grants.
 //! * `fence`: whether a central server is still where a shard left it.
+//! * `default_expr`: the constant tags a column default passes to
+//!   `segment_nextval`.
 //!
 //! PostgreSQL glue:
 //! * `registry`: slots and worker entries in shared memory; the locking
@@ -16,6 +18,9 @@
 //! * `ddl`: `segment_create`, `segment_drop`, `segment_attach` (a tag
 //!   whose ranges come from a central server through postgres_fdw).
 //! * `created_here`: tags created by the calling transaction.
+//! * `default_check`: the columns whose defaults use a tag (`segment_drop`
+//!   refuses to drop it), and the WARNING for a default naming a tag that
+//!   does not exist.
 //! * `lifecycle`: frees cached ranges when DDL drops their table or database.
 //! * `guard`: the trigger that keeps `id_segment.max_id` from moving back.
 //! * `sql`, `status`: the SQL functions that hand out IDs, and the status
@@ -24,6 +29,8 @@
 pub mod chain;
 pub mod created_here;
 pub mod ddl;
+pub mod default_check;
+pub mod default_expr;
 pub mod distributor;
 pub mod fence;
 pub mod guard;

@@ -569,3 +569,47 @@ def test_a_database_with_a_dropped_databases_oid_never_serves_its_ranges(lc):
     assert ids[0] == 1, f"B's first ID is {ids[0]}, not 1 from its own row: A's cached range was served"
     outside = [i for i in ids if not 1 <= i <= max_id]
     assert not outside, f"IDs above B's max_id {max_id}: {outside[:5]}"
+
+
+def test_tag_dependencies_hold_for_a_role_without_access_to_id_segment(make_cluster):
+    # Issue 20, item 4: segment_drop refuses while a default uses the tag;
+    # a default naming a missing tag is warned about at commit, for a role
+    # that can read neither id_segment nor the extension's objects beyond
+    # segment_nextval — and its DDL never fails because of the check.
+    c = make_cluster()
+    c.start()
+    c.sql("CREATE EXTENSION pg_idgen")
+    c.sql("SELECT segment_create('orders')")
+    c.sql("CREATE ROLE app LOGIN")
+    c.sql("GRANT CREATE ON SCHEMA public TO app")
+    c.sql("GRANT EXECUTE ON FUNCTION segment_nextval(text) TO app")
+    notices = []
+    with session(c, "postgres", user="app") as conn:
+        conn.add_notice_handler(lambda d: notices.append((d.sqlstate, d.message_primary)))
+        conn.execute("CREATE TABLE orders (id bigint PRIMARY KEY DEFAULT segment_nextval('orders'), n int)")
+        conn.execute("ALTER TABLE orders ADD COLUMN code bigint GENERATED ALWAYS AS (id * 2) STORED")
+        assert notices == []
+        conn.execute("CREATE TABLE typo (id bigint DEFAULT segment_nextval('ordres'))")
+        assert notices == [("01000", 'column "id" of table typo draws from segment tag "ordres", '
+                                     'which does not exist')]
+        notices.clear()
+        # Rolled back: nothing to warn about.
+        conn.execute("BEGIN")
+        conn.execute("CREATE TABLE gone (id bigint DEFAULT segment_nextval('nope'))")
+        conn.execute("ROLLBACK")
+        # Created later in the same transaction, by someone allowed to: fine.
+        conn.execute("BEGIN")
+        conn.execute("CREATE TABLE later (id bigint DEFAULT segment_nextval('later'))")
+        c.sql("SELECT segment_create('later')")  # committed before this one
+        conn.execute("COMMIT")
+        assert notices == []
+        conn.execute("INSERT INTO orders (n) VALUES (1)")
+    with pytest.raises(errors.DependentObjectsStillExist) as refused:
+        c.sql("SELECT segment_drop('orders')")
+    assert 'column "id" of table orders' in refused.value.diag.message_primary
+    assert "force => true" in refused.value.diag.message_hint
+    assert c.sql("SELECT count(*) FROM id_segment WHERE biz_tag = 'orders'") == [(1,)]
+    c.sql("SELECT segment_drop('later', force => true)")
+    assert c.sql("SELECT count(*) FROM id_segment WHERE biz_tag = 'later'") == [(0,)]
+    c.sql("ALTER TABLE orders ALTER COLUMN id DROP DEFAULT")
+    c.sql("SELECT segment_drop('orders')")

@@ -264,5 +264,25 @@ SELECT segment_nextval('made_up_' || i) FROM generate_series(1, 3) i;
 \echo :LAST_ERROR_SQLSTATE
 SELECT count(*) FROM segment_status WHERE tag LIKE 'made_up_%';
 
+-- A tag a column default uses is not dropped (as DROP SEQUENCE), unless
+-- forced; a default naming a tag that does not exist is warned about at
+-- commit, unless the tag is created in the same transaction.
+SELECT segment_create('links');
+CREATE TABLE links (id bigint PRIMARY KEY DEFAULT segment_nextval('links'), url text);
+CREATE TABLE link_copies (id bigint DEFAULT segment_nextval('links'));
+SELECT segment_drop('links');
+\echo :LAST_ERROR_SQLSTATE
+SELECT segment_drop('links', force => true);
+CREATE TABLE typo (id bigint DEFAULT segment_nextval('ordres'));
+BEGIN;
+CREATE TABLE later (id bigint DEFAULT segment_nextval('later'));
+SELECT segment_create('later');
+COMMIT;
+ALTER TABLE later ALTER COLUMN id SET DEFAULT segment_nextval('latter');
+SET check_function_bodies = off;
+CREATE TABLE restored (id bigint DEFAULT segment_nextval('restored'));
+RESET check_function_bodies;
+DROP TABLE links, link_copies, typo, later, restored;
+
 -- Leave the database as it was found.
 DROP EXTENSION pg_idgen CASCADE;

@@ -1,0 +1,189 @@
+//! Columns whose default (or generation) expression draws from a segment
+//! tag, as PostgreSQL records a default's dependency on a sequence:
+//!
+//! * `tag_uses`: the columns of this database whose expression calls the
+//!   extension's `segment_nextval(text)` with a constant tag (found through
+//!   `pg_depend`, the tag read by `default_expr`). `segment_drop` refuses
+//!   to drop a tag one of them uses, unless forced.
+//! * `segment_defaults_check(relid)`: called by the event trigger
+//!   `pg_idgen_segment_defaults` at `ddl_command_end` for each table a
+//!   `CREATE TABLE` or `ALTER TABLE` touched; as the transaction commits
+//!   (`XACT_EVENT_PRE_COMMIT`), a default of those tables naming a tag
+//!   that does not exist then gets a WARNING — a tag created later in the
+//!   same transaction counts. Skipped under `check_function_bodies = off`,
+//!   which `pg_dump`'s scripts set: a restore creates tables before it
+//!   loads `id_segment`.
+//!
+//! Backend-local state (the tables to look at in this transaction):
+//! PostgreSQL backends are single-threaded processes.
+
+use super::default_expr::constant_tags;
+use super::tag::{current_table_oid, row_state, RowState};
+use crate::errors::IdgenError;
+use pgrx::prelude::*;
+use std::cell::{Cell, RefCell};
+
+/// A column whose default or generation expression uses a tag.
+#[derive(Debug, Clone)]
+pub struct TagUse {
+    /// The table, as `regclass` prints it (qualified when not on the
+    /// search path).
+    pub table: String,
+    pub column: String,
+    /// A generated column (`GENERATED ALWAYS AS (...) STORED`).
+    pub generated: bool,
+    pub tag: String,
+}
+
+/// The columns of this database whose default or generation expression
+/// calls the `segment_nextval(text)` beside `id_segment` (`table_oid`) with
+/// a constant tag; only those of `relids` when given.
+pub fn tag_uses(table_oid: u32, relids: Option<&[u32]>) -> Vec<TagUse> {
+    let relids: Option<Vec<pg_sys::Oid>> =
+        relids.map(|r| r.iter().map(|&o| pg_sys::Oid::from(o)).collect());
+    let query = "SELECT ad.adrelid::pg_catalog.regclass::pg_catalog.text, a.attname::pg_catalog.text, \
+                        a.attgenerated OPERATOR(pg_catalog.<>) '', \
+                        pg_catalog.pg_get_expr(ad.adbin, ad.adrelid) \
+                   FROM pg_catalog.pg_depend d \
+                   JOIN pg_catalog.pg_attrdef ad ON ad.oid OPERATOR(pg_catalog.=) d.objid \
+                   JOIN pg_catalog.pg_attribute a ON a.attrelid OPERATOR(pg_catalog.=) ad.adrelid \
+                                                 AND a.attnum OPERATOR(pg_catalog.=) ad.adnum \
+                  WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_attrdef'::pg_catalog.regclass \
+                    AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass \
+                    AND d.refobjid OPERATOR(pg_catalog.=) ( \
+                        SELECT p.oid FROM pg_catalog.pg_proc p \
+                          JOIN pg_catalog.pg_class c ON c.relnamespace OPERATOR(pg_catalog.=) p.pronamespace \
+                         WHERE c.oid OPERATOR(pg_catalog.=) $1 \
+                           AND p.proname OPERATOR(pg_catalog.=) 'segment_nextval' \
+                           AND p.proargtypes OPERATOR(pg_catalog.=) '25'::pg_catalog.oidvector) \
+                    AND NOT a.attisdropped \
+                    AND ($2::pg_catalog.oid[] IS NULL OR ad.adrelid OPERATOR(pg_catalog.=) ANY ($2)) \
+                  ORDER BY 1, 2";
+    let rows = Spi::connect(|client| {
+        let table = client.select(
+            query,
+            None,
+            &[pg_sys::Oid::from(table_oid).into(), relids.into()],
+        )?;
+        let mut rows = Vec::new();
+        for row in table {
+            let (Some(table), Some(column), Some(generated), Some(expression)) = (
+                row.get::<String>(1)?,
+                row.get::<String>(2)?,
+                row.get::<bool>(3)?,
+                row.get::<String>(4)?,
+            ) else {
+                continue;
+            };
+            rows.push((table, column, generated, expression));
+        }
+        Ok::<_, pgrx::spi::Error>(rows)
+    })
+    .unwrap_or_else(|e| {
+        IdgenError::Internal {
+            context: "reading the column defaults that use segment tags",
+            message: e.to_string(),
+        }
+        .raise()
+    });
+    rows.into_iter()
+        .flat_map(|(table, column, generated, expression)| {
+            constant_tags(&expression)
+                .into_iter()
+                .map(move |tag| TagUse {
+                    table: table.clone(),
+                    column: column.clone(),
+                    generated,
+                    tag,
+                })
+        })
+        .collect()
+}
+
+thread_local! {
+    /// The tables to look at as the transaction commits, and the
+    /// `id_segment` their tags are looked up in.
+    static PENDING: RefCell<Vec<(u32, u32)>> = const { RefCell::new(Vec::new()) };
+    static CALLBACK_REGISTERED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// `segment_defaults_check(relid)`: called by the extension's event
+/// trigger for each table a DDL command created or altered; a default of
+/// it naming a tag that does not exist when the transaction commits gets
+/// a WARNING then.
+#[pg_extern(volatile, parallel_unsafe)]
+fn segment_defaults_check(relid: Option<pg_sys::Oid>, fcinfo: pg_sys::FunctionCallInfo) {
+    // SAFETY: a plain read of a setting of this backend.
+    let checking = unsafe { pg_sys::check_function_bodies };
+    let Some(relid) = relid.filter(|_| checking) else {
+        return;
+    };
+    let table_oid = current_table_oid(fcinfo);
+    if table_oid == 0 {
+        return;
+    }
+    if !CALLBACK_REGISTERED.with(|r| r.replace(true)) {
+        // SAFETY: registers a process-lifetime callback once per backend.
+        unsafe { pg_sys::RegisterXactCallback(Some(on_transaction_event), std::ptr::null_mut()) };
+    }
+    PENDING.with(|pending| {
+        let entry = (relid.to_u32(), table_oid);
+        let mut pending = pending.borrow_mut();
+        if !pending.contains(&entry) {
+            pending.push(entry);
+        }
+    });
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn on_transaction_event(
+    event: pg_sys::XactEvent::Type,
+    _arg: *mut std::ffi::c_void,
+) {
+    use pg_sys::XactEvent::*;
+    match event {
+        XACT_EVENT_PRE_COMMIT | XACT_EVENT_PRE_PREPARE => {
+            let pending = PENDING.with(|p| std::mem::take(&mut *p.borrow_mut()));
+            if !pending.is_empty() {
+                warn_about_missing_tags(&pending);
+            }
+        }
+        XACT_EVENT_ABORT | XACT_EVENT_COMMIT | XACT_EVENT_PREPARE => {
+            PENDING.with(|p| p.borrow_mut().clear())
+        }
+        _ => {}
+    }
+}
+
+/// One WARNING per column default of `pending`'s tables that names a tag
+/// the committing transaction cannot see.
+fn warn_about_missing_tags(pending: &[(u32, u32)]) {
+    // SAFETY: called before the commit, inside the transaction; the
+    // snapshot pushed here (which sees the transaction's own rows) is
+    // popped below, or by the abort on ERROR.
+    unsafe {
+        pg_sys::CommandCounterIncrement();
+        pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
+    }
+    let mut tables: Vec<u32> = pending.iter().map(|&(_, table)| table).collect();
+    tables.dedup();
+    for table_oid in tables {
+        let relids: Vec<u32> = pending
+            .iter()
+            .filter(|&&(_, t)| t == table_oid)
+            .map(|&(relid, _)| relid)
+            .collect();
+        for used in tag_uses(table_oid, Some(&relids)) {
+            if row_state(table_oid, used.tag.as_bytes()) == RowState::Missing {
+                IdgenError::DefaultOfUnknownTag {
+                    table: used.table,
+                    column: used.column,
+                    tag: used.tag,
+                }
+                .warn();
+            }
+        }
+    }
+    // SAFETY: matches the push above.
+    unsafe { pg_sys::PopActiveSnapshot() };
+}
