@@ -88,6 +88,13 @@ pub enum IdgenError {
         problem: String,
         hint: String,
     },
+    /// After a reload: the configuration files hold settings the next
+    /// start would refuse (`refusal`: that start's error).
+    NextStartWouldFail {
+        sqlstate: i32,
+        message: String,
+        hint: String,
+    },
     SnowflakeClockBehind {
         generator: &'static str,
         lead_ms: i64,
@@ -610,6 +617,7 @@ impl IdgenError {
             IdgenError::WorkerNotStarted { .. } => ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
             IdgenError::RefillTimeout { .. } => ERRCODE_LOCK_NOT_AVAILABLE,
             IdgenError::BadSetting { .. } => ERRCODE_INVALID_PARAMETER_VALUE,
+            IdgenError::NextStartWouldFail { sqlstate, .. } => PgSqlErrorCode::from(*sqlstate),
             IdgenError::SnowflakeClockBehind { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             IdgenError::SnowflakeKeeperNotRunning { .. } => {
                 ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE
@@ -759,6 +767,9 @@ impl IdgenError {
             }
             IdgenError::RefillTimeout { tag, waited_ms } => format!(
                 "segment tag \"{tag}\" got no new range within pg_idgen.refill_timeout ({waited_ms} ms)"
+            ),
+            IdgenError::NextStartWouldFail { message, .. } => format!(
+                "the configuration files hold a setting the next server start will refuse: {message}"
             ),
             IdgenError::BadSetting { name, value, problem, .. } => {
                 format!("invalid value for parameter \"{name}\": \"{value}\": {problem}")
@@ -1004,6 +1015,9 @@ impl IdgenError {
             }
             IdgenError::RefillTimeout { .. } => "Check the server log and segment_status for the refill worker's errors, and whether a session holds a lock on the id_segment row; raise pg_idgen.refill_timeout if refills are just slow.".into(),
             IdgenError::BadSetting { hint, .. } => hint.clone(),
+            IdgenError::NextStartWouldFail { hint, .. } => {
+                format!("{hint} The running server keeps its settings until it restarts.")
+            }
             IdgenError::SnowflakeClockBehind { .. } => "The clock stepped back (or IDs were asked for faster than the layout allows). Wait for it to catch up, fix the time source, or raise pg_idgen.snowflake_max_lead or pg_idgen.snowflake_max_wait.".into(),
             IdgenError::SnowflakeKeeperNotRunning { .. } => "Check the server log for why the \"pg_idgen snowflake keeper\" background worker exited or did not start; the postmaster restarts it 1 s after it exits. If no worker slot is free, raise max_worker_processes and restart the server.".into(),
             IdgenError::SnowflakeStateNotWritten { .. } => "Free space, or fix the permissions, in the data directory; snowflake IDs resume as soon as the keeper can write the file (the server log has its WARNING).".into(),

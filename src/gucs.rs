@@ -258,30 +258,37 @@ pub fn register_snowflake(hooks: &CheckHooks) {
             None,
         );
     }
-    for (name, short, setting) in [
+    // Each width alone is refused at once outside its range (time and
+    // sequence need at least 1 bit, so none may take more than 62); the
+    // sum is a rule between the three, which a start refuses and the
+    // keeper warns about after a reload (`config::next_start_problem`).
+    for (name, short, setting, (min, max)) in [
         (
             c"pg_idgen.snowflake_time_bits",
             c"Bits of milliseconds in a snowflake ID.",
             &SNOWFLAKE_TIME_BITS,
+            (1, 62),
         ),
         (
             c"pg_idgen.snowflake_machine_bits",
             c"Bits of machine id in a snowflake ID.",
             &SNOWFLAKE_MACHINE_BITS,
+            (0, 61),
         ),
         (
             c"pg_idgen.snowflake_sequence_bits",
             c"Bits of sequence in a snowflake ID.",
             &SNOWFLAKE_SEQUENCE_BITS,
+            (1, 62),
         ),
     ] {
         GucRegistry::define_int_guc(
             name,
             short,
-            c"The time, machine and sequence bits must add up to 63; checked at server start.",
+            c"The time, machine and sequence bits must add up to 63: a server start refuses another sum, and after a reload the server log warns when the configuration files hold one.",
             setting,
-            0,
-            63,
+            min,
+            max,
             GucContext::Postmaster,
             GucFlags::default(),
         );

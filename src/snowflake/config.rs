@@ -227,6 +227,69 @@ pub unsafe extern "C-unwind" fn check_fallback(
     refuse_in_check_hook(&IdgenError::FallbackNeedsMachineId)
 }
 
+/// The layout the widths and the epoch make, or the start's refusal.
+fn layout_problem(
+    epoch_ms: i64,
+    time: u32,
+    machine_bits: u32,
+    sequence: u32,
+) -> Result<Layout, IdgenError> {
+    let layout = Layout::new(epoch_ms, time, machine_bits, sequence, 63).map_err(|_| {
+        IdgenError::BadSetting {
+            name: "pg_idgen.snowflake_time_bits",
+            value: format!("{time}"),
+            problem: format!(
+                "pg_idgen.snowflake_time_bits ({time}) + pg_idgen.snowflake_machine_bits ({machine_bits}) + pg_idgen.snowflake_sequence_bits ({sequence}) must add up to 63, with time and sequence at least 1"
+            ),
+            hint: "The default layout is 41 + 10 + 12.".into(),
+        }
+    })?;
+    if layout.last_unix_ms() > LAST_FORMATTABLE_MS {
+        return Err(IdgenError::BadSetting {
+            name: "pg_idgen.snowflake_time_bits",
+            value: format!("{time}"),
+            problem: format!(
+                "{time} bits of milliseconds from pg_idgen.snowflake_epoch reach past the year 9999, which snowflake_format() cannot write"
+            ),
+            hint: format!(
+                "Use at most {} time bits with this epoch, and give the rest to the machine id or the sequence.",
+                Layout::max_formattable_time_bits(epoch_ms)
+            ),
+        });
+    }
+    Ok(layout)
+}
+
+/// The refusal the next start would raise, if any, for the settings the
+/// configuration files (and the command line) hold now — `setting(name)`,
+/// `None` when unset: the checks of `load_config`. The widths and the
+/// epoch change only at a start, and each is in range when set; whether
+/// they make a layout together (and the machine id fits it) is a rule
+/// between settings that a single `ALTER SYSTEM` cannot judge, since a
+/// layout change takes several. The keeper runs this after every reload.
+pub fn next_start_problem(setting: impl Fn(&str) -> Option<String>) -> Option<IdgenError> {
+    let text = |name: &str| setting(name).unwrap_or_default();
+    let epoch_ms = match epoch_problem(&text("pg_idgen.snowflake_epoch")) {
+        Ok(epoch_ms) => epoch_ms,
+        Err(e) => return Some(e),
+    };
+    let width = |name: &str| text(name).trim().parse::<u32>().unwrap_or(0);
+    let layout = match layout_problem(
+        epoch_ms,
+        width("pg_idgen.snowflake_time_bits"),
+        width("pg_idgen.snowflake_machine_bits"),
+        width("pg_idgen.snowflake_sequence_bits"),
+    ) {
+        Ok(layout) => layout,
+        Err(e) => return Some(e),
+    };
+    let machine_text = text("pg_idgen.machine_id");
+    if machine_text.trim().eq_ignore_ascii_case("lease") {
+        return None;
+    }
+    machine_problem(&machine_text, Some(&layout)).err()
+}
+
 /// Checks the snowflake settings; raises an ERROR (fatal at server start)
 /// naming the bad setting.
 pub fn load_config() {
@@ -237,31 +300,8 @@ pub fn load_config() {
         gucs::SNOWFLAKE_MACHINE_BITS.get() as u32,
         gucs::SNOWFLAKE_SEQUENCE_BITS.get() as u32,
     );
-    let layout = Layout::new(epoch_ms, time, machine_bits, sequence, 63).unwrap_or_else(|_| {
-        IdgenError::BadSetting {
-            name: "pg_idgen.snowflake_time_bits",
-            value: format!("{time}"),
-            problem: format!(
-                "pg_idgen.snowflake_time_bits ({time}) + pg_idgen.snowflake_machine_bits ({machine_bits}) + pg_idgen.snowflake_sequence_bits ({sequence}) must add up to 63, with time and sequence at least 1"
-            ),
-            hint: "The default layout is 41 + 10 + 12.".into(),
-        }
-        .raise()
-    });
-    if layout.last_unix_ms() > LAST_FORMATTABLE_MS {
-        IdgenError::BadSetting {
-            name: "pg_idgen.snowflake_time_bits",
-            value: format!("{time}"),
-            problem: format!(
-                "{time} bits of milliseconds from pg_idgen.snowflake_epoch reach past the year 9999, which snowflake_format() cannot write"
-            ),
-            hint: format!(
-                "Use at most {} time bits with this epoch, and give the rest to the machine id or the sequence.",
-                Layout::max_formattable_time_bits(epoch_ms)
-            ),
-        }
-        .raise()
-    }
+    let layout =
+        layout_problem(epoch_ms, time, machine_bits, sequence).unwrap_or_else(|e| e.raise());
     let machine_text = setting_text(&gucs::MACHINE_ID);
     if machine_text.trim().eq_ignore_ascii_case("lease") {
         check_lease_settings();

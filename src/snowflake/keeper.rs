@@ -31,7 +31,7 @@
 
 use super::backup_copy::{self, BACKUP_LABEL_OLD};
 use super::clock::{mono_now_ms, now_unix_ms, PG_EPOCH_UNIX_MICROS};
-use super::config::{config, setting_text};
+use super::config::{self, config, setting_text};
 use super::generator::IdleWatch;
 use super::layout::Layout;
 use super::shared::{snowflake, Snowflake, KEEPER_RESTART};
@@ -159,7 +159,9 @@ pub extern "C-unwind" fn pg_idgen_snowflake_keeper_main(_arg: pg_sys::Datum) {
         idle_watches: Default::default(),
     };
     loop {
-        bgworker::reload_if_asked();
+        if bgworker::reload_if_asked() {
+            warn_if_next_start_would_fail();
+        }
         keeper.step();
         if !bgworker::wait(KEEPER_INTERVAL) {
             break;
@@ -167,6 +169,56 @@ pub extern "C-unwind" fn pg_idgen_snowflake_keeper_main(_arg: pg_sys::Datum) {
     }
     // SAFETY: ends this process; the exit callback clears the pid.
     unsafe { pg_sys::proc_exit(1) };
+}
+
+/// The settings only a start reads together (`config::next_start_problem`).
+const READ_AT_START: [&str; 5] = [
+    "pg_idgen.snowflake_epoch",
+    "pg_idgen.snowflake_time_bits",
+    "pg_idgen.snowflake_machine_bits",
+    "pg_idgen.snowflake_sequence_bits",
+    "pg_idgen.machine_id",
+];
+
+/// After a reload: a WARNING when the configuration files (or the command
+/// line) hold snowflake settings the next start would refuse — a layout
+/// whose widths do not add up, a machine id that does not fit — with the
+/// message that start would give, so a restart is not where it is found.
+fn warn_if_next_start_would_fail() {
+    let read = bgworker::in_transaction(KEEPER_TRANSACTION_MIN_MS, || {
+        Spi::connect(|client| {
+            let names: Vec<String> = READ_AT_START.iter().map(|n| n.to_string()).collect();
+            let rows = client.select(
+                "SELECT s.name::pg_catalog.text, \
+                        CASE WHEN s.source OPERATOR(pg_catalog.=) 'command line' THEN s.setting \
+                             ELSE coalesce((SELECT f.setting FROM pg_catalog.pg_file_settings f \
+                                             WHERE f.name OPERATOR(pg_catalog.=) s.name \
+                                             ORDER BY f.seqno DESC LIMIT 1), s.boot_val) END \
+                   FROM pg_catalog.pg_settings s \
+                  WHERE s.name OPERATOR(pg_catalog.=) ANY ($1)",
+                None,
+                &[names.into()],
+            )?;
+            let mut settings = std::collections::HashMap::new();
+            for row in rows {
+                if let (Some(name), value) = (row.get::<String>(1)?, row.get::<String>(2)?) {
+                    settings.insert(name, value);
+                }
+            }
+            Ok::<_, pgrx::spi::Error>(settings)
+        })
+    });
+    let Ok(Ok(settings)) = read else { return };
+    if let Some(problem) = config::next_start_problem(|name| settings.get(name).cloned().flatten())
+    {
+        let refusal = problem.stored();
+        IdgenError::NextStartWouldFail {
+            sqlstate: refusal.sqlstate,
+            message: refusal.message,
+            hint: refusal.hint,
+        }
+        .warn();
+    }
 }
 
 /// The least `pg_idgen.snowflake_persist_ahead` may be (`gucs.rs`).

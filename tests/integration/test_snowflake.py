@@ -684,3 +684,38 @@ def test_the_mark_stays_ahead_of_the_clock_through_a_pause(snowflake_cluster):
     assert until_ms > last_ms + 4000, (
         f"the mark stayed {until_ms - last_ms:.0f} ms above the last ID through a 6 s pause")
     assert until_ms <= now_ms + 2025, "the mark ran more than a window ahead of the clock"
+
+
+def test_a_reload_warns_about_a_layout_the_next_start_would_refuse(make_cluster):
+    # Issue 20, item 2: a layout change takes several ALTER SYSTEMs, so each
+    # width is refused at once only outside its own range; after a reload
+    # the keeper checks the three (and the machine id) as the next start
+    # would, and warns in the server log.
+    c = make_cluster(conf=["pg_idgen.machine_id = 7", "log_line_prefix = '%e '"])
+    c.start()
+    c.sql("CREATE EXTENSION pg_idgen")
+    warning = "the configuration files hold a setting the next server start will refuse"
+    c.sql("ALTER SYSTEM SET pg_idgen.snowflake_time_bits = 40")
+    c.sql("SELECT pg_reload_conf()")
+    assert wait_for(lambda: warning in c.log(), timeout=30), "no warning after the reload"
+    line = next(l for l in c.log().splitlines() if warning in l)
+    assert line.startswith("22023 WARNING") and "must add up to 63" in line, line
+    # The second step makes the layout whole: the next reload is quiet.
+    c.sql("ALTER SYSTEM SET pg_idgen.snowflake_sequence_bits = 13")
+    warned = c.log().count(warning)
+    c.sql("SELECT pg_reload_conf()")
+    # The keeper's reload is seen by its next pass; a third reload after a
+    # machine id that does not fit must warn, which orders the two.
+    c.sql("ALTER SYSTEM SET pg_idgen.machine_id = '5'")
+    c.sql("ALTER SYSTEM SET pg_idgen.snowflake_machine_bits = 2")
+    c.sql("ALTER SYSTEM SET pg_idgen.snowflake_sequence_bits = 21")
+    c.sql("SELECT pg_reload_conf()")
+    assert wait_for(lambda: "5 does not fit in pg_idgen.snowflake_machine_bits = 2" in c.log(), timeout=30)
+    assert c.log().count(warning) == warned + 1, "the whole layout of the second step was warned about"
+    # The running server kept its layout; the warned one is refused at start.
+    assert c.sql("SELECT time_bits, sequence_bits FROM snowflake_status WHERE generator = 'default'") == [(41, 12)]
+    c.sql("ALTER SYSTEM SET pg_idgen.machine_id = '3'")
+    c.sql("SELECT pg_reload_conf()")
+    c.restart()
+    assert c.sql("SELECT time_bits, machine_bits, sequence_bits, machine_id FROM snowflake_status "
+                 "WHERE generator = 'default'") == [(40, 2, 21, 3)]

@@ -145,6 +145,12 @@ ALTER SYSTEM SET pg_idgen.machine_id = 'abc';
 \echo :LAST_ERROR_SQLSTATE
 ALTER SYSTEM SET pg_idgen.snowflake_epoch = 'yesterday';
 \echo :LAST_ERROR_SQLSTATE
+ALTER SYSTEM SET pg_idgen.snowflake_time_bits = 63;
+\echo :LAST_ERROR_SQLSTATE
+ALTER SYSTEM SET pg_idgen.snowflake_sequence_bits = 0;
+\echo :LAST_ERROR_SQLSTATE
+ALTER SYSTEM SET pg_idgen.snowflake_machine_bits = 62;
+\echo :LAST_ERROR_SQLSTATE
 
 -- Leave the database as it was found.
 DROP EXTENSION pg_idgen CASCADE;
