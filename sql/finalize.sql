@@ -199,8 +199,13 @@ COMMENT ON COLUMN snowflake_status.wal_mark_problem IS 'why the mark cannot be r
 -- exist when the transaction commits gets a WARNING, as a typo in a
 -- sequence's name would be an error at once. segment_drop refuses to drop
 -- a tag a default still uses.
+-- SECURITY DEFINER: the DDL of a role that cannot reach the extension's
+-- schema or function (revoked grants, a schema of its own) must not fail
+-- because of a check that only warns; nor must anything else go wrong in
+-- it make the DDL fail.
 CREATE FUNCTION segment_defaults_event() RETURNS event_trigger
     LANGUAGE plpgsql
+    SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
@@ -208,8 +213,11 @@ BEGIN
        FROM pg_catalog.pg_event_trigger_ddl_commands() c
       WHERE c.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
         AND c.objsubid OPERATOR(pg_catalog.=) 0;
+EXCEPTION WHEN OTHERS THEN
+    NULL;
 END
 $$;
+REVOKE ALL ON FUNCTION segment_defaults_event() FROM PUBLIC;
 CREATE EVENT TRIGGER pg_idgen_segment_defaults ON ddl_command_end
     WHEN TAG IN ('CREATE TABLE', 'ALTER TABLE')
     EXECUTE FUNCTION segment_defaults_event();

@@ -37,16 +37,16 @@ pub enum IdgenError {
     /// still calls `segment_nextval` with.
     TagInUse {
         tag: String,
-        table: String,
-        column: String,
-        generated: bool,
+        /// What uses it (`default_check::User::describe`), and the
+        /// statement that takes the use away.
+        user: String,
+        undo: String,
         others: usize,
     },
     /// A column default names a tag that does not exist as the transaction
     /// that created or altered its table commits.
     DefaultOfUnknownTag {
-        table: String,
-        column: String,
+        user: String,
         tag: String,
     },
     BadStep {
@@ -694,22 +694,17 @@ impl IdgenError {
             IdgenError::UnknownTag { tag } => format!("segment tag \"{tag}\" does not exist"),
             IdgenError::TagExists { tag } => format!("segment tag \"{tag}\" already exists"),
             IdgenError::TagInUse {
-                tag,
-                table,
-                column,
-                generated,
-                others,
+                tag, user, others, ..
             } => format!(
-                "cannot drop segment tag \"{tag}\" because the {} of column \"{column}\" of table {table} uses it{}",
-                if *generated { "generation expression" } else { "default" },
+                "cannot drop segment tag \"{tag}\" because {user} uses it{}",
                 match others {
                     0 => String::new(),
-                    1 => " (and 1 more column)".to_string(),
-                    n => format!(" (and {n} more columns)"),
+                    1 => " (and 1 more expression)".to_string(),
+                    n => format!(" (and {n} more expressions)"),
                 }
             ),
-            IdgenError::DefaultOfUnknownTag { table, column, tag } => format!(
-                "column \"{column}\" of table {table} draws from segment tag \"{tag}\", which does not exist"
+            IdgenError::DefaultOfUnknownTag { user, tag } => format!(
+                "{user} draws from segment tag \"{tag}\", which does not exist"
             ),
             IdgenError::NoSuchServer { server } => format!("server \"{server}\" does not exist"),
             IdgenError::NotPostgresFdw { server, wrapper } => format!(
@@ -950,16 +945,8 @@ impl IdgenError {
             IdgenError::TagExists { .. } => {
                 "Use the existing tag, or remove it first with segment_drop().".into()
             }
-            IdgenError::TagInUse {
-                tag,
-                table,
-                column,
-                generated,
-                ..
-            } => format!(
-                "Change the column first (ALTER TABLE {table} ALTER COLUMN {} {}), or drop the tag anyway with SELECT segment_drop({}, force => true) (INSERTs that take the default then fail until the tag exists again).",
-                quote_identifier(column),
-                if *generated { "DROP EXPRESSION" } else { "DROP DEFAULT" },
+            IdgenError::TagInUse { tag, undo, .. } => format!(
+                "Change it first ({undo}), or drop the tag anyway with SELECT segment_drop({}, force => true) (INSERTs that take the default then fail until the tag exists again).",
                 quote_literal(tag)
             ),
             IdgenError::DefaultOfUnknownTag { tag, .. } => format!(

@@ -128,9 +128,8 @@ fn segment_drop(
         if let Some(first) = uses.next() {
             IdgenError::TagInUse {
                 tag: tag.to_string(),
-                table: first.table,
-                column: first.column,
-                generated: first.generated,
+                user: first.user.describe(),
+                undo: first.user.undo(),
                 others: uses.count(),
             }
             .raise();

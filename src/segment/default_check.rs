@@ -12,36 +12,101 @@
 //!   that does not exist then gets a WARNING — a tag created later in the
 //!   same transaction counts. Skipped under `check_function_bodies = off`,
 //!   which `pg_dump`'s scripts set: a restore creates tables before it
-//!   loads `id_segment`.
+//!   loads `id_segment`. The look runs in an internal subtransaction and
+//!   takes no lock it would wait for, so it never fails or stalls the
+//!   commit; the event trigger's function is `SECURITY DEFINER`, so no
+//!   role's DDL fails for want of a grant on the extension.
 //!
 //! Backend-local state (the tables to look at in this transaction):
 //! PostgreSQL backends are single-threaded processes.
 
 use super::default_expr::constant_tags;
-use super::tag::{current_table_oid, row_state, RowState};
+use super::tag::{current_table_oid, remote_table_oid, row_state, RowState};
+use crate::catalog::quote_identifier;
 use crate::errors::IdgenError;
+use pgrx::pg_sys::PgTryBuilder;
 use pgrx::prelude::*;
 use std::cell::{Cell, RefCell};
 
-/// A column whose default or generation expression uses a tag.
+/// What uses a tag: a column's default or generation expression, or a
+/// domain's default.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum User {
+    Column {
+        /// As `regclass` prints it (qualified when not on the search path).
+        table: String,
+        column: String,
+        /// A generated column (`GENERATED ALWAYS AS (...) STORED`).
+        generated: bool,
+    },
+    Domain {
+        /// As `regtype` prints it.
+        name: String,
+    },
+}
+
+impl User {
+    /// "the default of column "id" of table orders", for messages.
+    pub fn describe(&self) -> String {
+        match self {
+            User::Column {
+                table,
+                column,
+                generated,
+            } => format!(
+                "the {} of column \"{column}\" of table {table}",
+                if *generated {
+                    "generation expression"
+                } else {
+                    "default"
+                }
+            ),
+            User::Domain { name } => format!("the default of domain {name}"),
+        }
+    }
+
+    /// The statement that takes the use away, for hints.
+    pub fn undo(&self) -> String {
+        match self {
+            User::Column {
+                table,
+                column,
+                generated,
+            } => format!(
+                "ALTER TABLE {table} ALTER COLUMN {} {}",
+                quote_identifier(column),
+                if *generated {
+                    "DROP EXPRESSION"
+                } else {
+                    "DROP DEFAULT"
+                }
+            ),
+            User::Domain { name } => format!("ALTER DOMAIN {name} DROP DEFAULT"),
+        }
+    }
+}
+
+/// A tag and what uses it.
 #[derive(Debug, Clone)]
 pub struct TagUse {
-    /// The table, as `regclass` prints it (qualified when not on the
-    /// search path).
-    pub table: String,
-    pub column: String,
-    /// A generated column (`GENERATED ALWAYS AS (...) STORED`).
-    pub generated: bool,
+    pub user: User,
     pub tag: String,
 }
 
-/// The columns of this database whose default or generation expression
-/// calls the `segment_nextval(text)` beside `id_segment` (`table_oid`) with
-/// a constant tag; only those of `relids` when given.
+/// The expressions of this database — column defaults, generation
+/// expressions and domain defaults — that call the `segment_nextval(text)`
+/// beside `id_segment` (`table_oid`) with a constant tag; with `relids`,
+/// only the columns of those tables.
 pub fn tag_uses(table_oid: u32, relids: Option<&[u32]>) -> Vec<TagUse> {
     let relids: Option<Vec<pg_sys::Oid>> =
         relids.map(|r| r.iter().map(|&o| pg_sys::Oid::from(o)).collect());
-    let query = "SELECT ad.adrelid::pg_catalog.regclass::pg_catalog.text, a.attname::pg_catalog.text, \
+    let query = "WITH f AS ( \
+                   SELECT p.oid FROM pg_catalog.pg_proc p \
+                     JOIN pg_catalog.pg_class c ON c.relnamespace OPERATOR(pg_catalog.=) p.pronamespace \
+                    WHERE c.oid OPERATOR(pg_catalog.=) $1 \
+                      AND p.proname OPERATOR(pg_catalog.=) 'segment_nextval' \
+                      AND p.proargtypes OPERATOR(pg_catalog.=) '25'::pg_catalog.oidvector) \
+                 SELECT ad.adrelid::pg_catalog.regclass::pg_catalog.text, a.attname::pg_catalog.text, \
                         a.attgenerated OPERATOR(pg_catalog.<>) '', \
                         pg_catalog.pg_get_expr(ad.adbin, ad.adrelid) \
                    FROM pg_catalog.pg_depend d \
@@ -50,14 +115,18 @@ pub fn tag_uses(table_oid: u32, relids: Option<&[u32]>) -> Vec<TagUse> {
                                                  AND a.attnum OPERATOR(pg_catalog.=) ad.adnum \
                   WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_attrdef'::pg_catalog.regclass \
                     AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass \
-                    AND d.refobjid OPERATOR(pg_catalog.=) ( \
-                        SELECT p.oid FROM pg_catalog.pg_proc p \
-                          JOIN pg_catalog.pg_class c ON c.relnamespace OPERATOR(pg_catalog.=) p.pronamespace \
-                         WHERE c.oid OPERATOR(pg_catalog.=) $1 \
-                           AND p.proname OPERATOR(pg_catalog.=) 'segment_nextval' \
-                           AND p.proargtypes OPERATOR(pg_catalog.=) '25'::pg_catalog.oidvector) \
+                    AND d.refobjid OPERATOR(pg_catalog.=) (SELECT oid FROM f) \
                     AND NOT a.attisdropped \
                     AND ($2::pg_catalog.oid[] IS NULL OR ad.adrelid OPERATOR(pg_catalog.=) ANY ($2)) \
+                 UNION ALL \
+                 SELECT t.oid::pg_catalog.regtype::pg_catalog.text, NULL, false, \
+                        pg_catalog.pg_get_expr(t.typdefaultbin, 0) \
+                   FROM pg_catalog.pg_depend d \
+                   JOIN pg_catalog.pg_type t ON t.oid OPERATOR(pg_catalog.=) d.objid \
+                  WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_type'::pg_catalog.regclass \
+                    AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass \
+                    AND d.refobjid OPERATOR(pg_catalog.=) (SELECT oid FROM f) \
+                    AND t.typdefaultbin IS NOT NULL AND $2::pg_catalog.oid[] IS NULL \
                   ORDER BY 1, 2";
     let rows = Spi::connect(|client| {
         let table = client.select(
@@ -67,7 +136,7 @@ pub fn tag_uses(table_oid: u32, relids: Option<&[u32]>) -> Vec<TagUse> {
         )?;
         let mut rows = Vec::new();
         for row in table {
-            let (Some(table), Some(column), Some(generated), Some(expression)) = (
+            let (Some(owner), column, Some(generated), Some(expression)) = (
                 row.get::<String>(1)?,
                 row.get::<String>(2)?,
                 row.get::<bool>(3)?,
@@ -75,7 +144,15 @@ pub fn tag_uses(table_oid: u32, relids: Option<&[u32]>) -> Vec<TagUse> {
             ) else {
                 continue;
             };
-            rows.push((table, column, generated, expression));
+            let user = match column {
+                Some(column) => User::Column {
+                    table: owner,
+                    column,
+                    generated,
+                },
+                None => User::Domain { name: owner },
+            };
+            rows.push((user, expression));
         }
         Ok::<_, pgrx::spi::Error>(rows)
     })
@@ -86,14 +163,15 @@ pub fn tag_uses(table_oid: u32, relids: Option<&[u32]>) -> Vec<TagUse> {
         }
         .raise()
     });
+    // SAFETY: a plain read of a setting of this backend: pg_get_expr
+    // doubled backslashes in literals while it is off.
+    let backslashes_doubled = unsafe { !pg_sys::standard_conforming_strings };
     rows.into_iter()
-        .flat_map(|(table, column, generated, expression)| {
-            constant_tags(&expression)
+        .flat_map(|(user, expression)| {
+            constant_tags(&expression, backslashes_doubled)
                 .into_iter()
                 .map(move |tag| TagUse {
-                    table: table.clone(),
-                    column: column.clone(),
-                    generated,
+                    user: user.clone(),
                     tag,
                 })
         })
@@ -155,19 +233,84 @@ unsafe extern "C-unwind" fn on_transaction_event(
     }
 }
 
+/// Runs `body` in an internal subtransaction, as a PL/pgSQL exception
+/// block does: an ERROR in it rolls back only what it did and is dropped,
+/// so the commit it runs in never fails because of a check that only
+/// warns.
+fn without_failing(body: impl FnOnce()) {
+    // SAFETY: inside a transaction that is about to commit (an internal
+    // subtransaction may start in TBLOCK_END, for deferred work such as
+    // this); the memory context and resource owner are put back on both
+    // paths, as PL/pgSQL does around an exception block.
+    let (context, owner) = unsafe {
+        let saved = (pg_sys::CurrentMemoryContext, pg_sys::CurrentResourceOwner);
+        pg_sys::BeginInternalSubTransaction(std::ptr::null());
+        pg_sys::MemoryContextSwitchTo(saved.0);
+        saved
+    };
+    let body = std::panic::AssertUnwindSafe(body);
+    PgTryBuilder::new(move || {
+        let body = body;
+        (body.0)();
+        // SAFETY: ends the subtransaction begun above.
+        unsafe {
+            pg_sys::ReleaseCurrentSubTransaction();
+            pg_sys::MemoryContextSwitchTo(context);
+            pg_sys::CurrentResourceOwner = owner;
+        }
+    })
+    .catch_others(|_| {
+        // SAFETY: rolls back the subtransaction begun above.
+        unsafe {
+            pg_sys::MemoryContextSwitchTo(context);
+            pg_sys::RollbackAndReleaseCurrentSubTransaction();
+            pg_sys::MemoryContextSwitchTo(context);
+            pg_sys::CurrentResourceOwner = owner;
+        }
+    })
+    .execute()
+}
+
+/// Whether `relation` (0: none) can be read without waiting: a table
+/// locked by a `VACUUM FULL`, `TRUNCATE` or `ALTER EXTENSION UPDATE` in
+/// flight is not waited for at commit; its defaults go unchecked.
+fn readable_now(relation: u32) -> bool {
+    relation == 0
+        // SAFETY: a lock request that never waits; a lock taken is released
+        // with the transaction.
+        || unsafe {
+            pg_sys::ConditionalLockRelationOid(
+                pg_sys::Oid::from(relation),
+                pg_sys::AccessShareLock as pg_sys::LOCKMODE,
+            )
+        }
+}
+
 /// One WARNING per column default of `pending`'s tables that names a tag
-/// the committing transaction cannot see.
+/// the committing transaction cannot see. Never fails the commit, and
+/// never waits for a lock.
 fn warn_about_missing_tags(pending: &[(u32, u32)]) {
-    // SAFETY: called before the commit, inside the transaction; the
-    // snapshot pushed here (which sees the transaction's own rows) is
-    // popped below, or by the abort on ERROR.
-    unsafe {
-        pg_sys::CommandCounterIncrement();
-        pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
-    }
+    without_failing(|| {
+        // SAFETY: inside the subtransaction; the snapshot pushed here
+        // (which sees the transaction's own rows) is popped below, or by
+        // the subtransaction's abort on ERROR.
+        unsafe {
+            pg_sys::CommandCounterIncrement();
+            pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
+        }
+        warn_in_snapshot(pending);
+        // SAFETY: matches the push above.
+        unsafe { pg_sys::PopActiveSnapshot() };
+    });
+}
+
+fn warn_in_snapshot(pending: &[(u32, u32)]) {
     let mut tables: Vec<u32> = pending.iter().map(|&(_, table)| table).collect();
     tables.dedup();
     for table_oid in tables {
+        if !readable_now(table_oid) || !readable_now(remote_table_oid(table_oid)) {
+            continue;
+        }
         let relids: Vec<u32> = pending
             .iter()
             .filter(|&&(_, t)| t == table_oid)
@@ -176,14 +319,11 @@ fn warn_about_missing_tags(pending: &[(u32, u32)]) {
         for used in tag_uses(table_oid, Some(&relids)) {
             if row_state(table_oid, used.tag.as_bytes()) == RowState::Missing {
                 IdgenError::DefaultOfUnknownTag {
-                    table: used.table,
-                    column: used.column,
+                    user: used.user.describe(),
                     tag: used.tag,
                 }
                 .warn();
             }
         }
     }
-    // SAFETY: matches the push above.
-    unsafe { pg_sys::PopActiveSnapshot() };
 }

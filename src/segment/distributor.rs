@@ -108,10 +108,11 @@ pub struct Granted {
     pub cas_conflicts: u64,
     /// The range came from a central server (`id_segment_remote`).
     pub remote: bool,
-    /// The local row's `version` as the CAS left it (`None` for a central
-    /// server's row): a clean stop gives the range's untaken top back to
-    /// the row only while it still has this version (`give_back`).
-    pub row_version: Option<i64>,
+    /// The local row as the CAS left it — its `version` and the `xmin` of
+    /// the row version the CAS wrote (`None` for a central server's row):
+    /// a clean stop gives the range's untaken top back to the row only
+    /// while it is still exactly that row version (`give_back`).
+    pub row_version: Option<(i64, u32)>,
 }
 
 /// How often the CAS may lose to other allocators in one refill before the
@@ -536,10 +537,14 @@ pub fn record_position(
 
 /// At a clean stop: gives the untaken top of a local tag's cached ranges
 /// back to its row — `max_id` down to `back.lowest - 1` — if the row is
-/// still exactly as the slot's last refill left it (same table, `version`
-/// and `max_id`): then no other allocator took a range since, and the IDs
-/// above `back.lowest - 1` were never handed out by anyone. Returns whether
-/// it did. An attached tag's row is on its central server: left alone.
+/// still exactly the row version the slot's last refill wrote (same
+/// table, `xmin`, `version` and `max_id`): then no other allocator took a
+/// range since, and the IDs above `back.lowest - 1` were never handed out
+/// by anyone. `xmin` tells a row dropped and created again (by
+/// `segment_drop` and `segment_create`, whose transaction may have handed
+/// out IDs and left the same `version` and `max_id`) from the one the
+/// refill wrote. Returns whether it did. An attached tag's row is on its
+/// central server: left alone.
 ///
 /// Must run inside a transaction; the caller commits it (synchronously).
 /// The guard trigger is told by `pg_idgen.allow_max_id_decrease` for this
@@ -567,6 +572,7 @@ pub fn give_back(tag: &str, back: &GiveBack) -> Result<bool, pgrx::spi::Error> {
                     updated_at = pg_catalog.now() \
               WHERE biz_tag OPERATOR(pg_catalog.=) $1 AND version OPERATOR(pg_catalog.=) $3 \
                 AND max_id OPERATOR(pg_catalog.=) $4 \
+                AND xmin::pg_catalog.text OPERATOR(pg_catalog.=) $5 \
           RETURNING max_id",
             table.qualified_name
         );
@@ -580,6 +586,7 @@ pub fn give_back(tag: &str, back: &GiveBack) -> Result<bool, pgrx::spi::Error> {
                         wanted.into(),
                         back.row_version.into(),
                         back.highest.into(),
+                        back.row_xmin.to_string().into(),
                     ],
                 )
                 .map(|rows| rows.first().get::<i64>(1).ok().flatten())
@@ -617,7 +624,7 @@ fn cas(
                     updated_at = pg_catalog.now() \
               WHERE biz_tag OPERATOR(pg_catalog.=) $1 AND version OPERATOR(pg_catalog.=) $3 \
                 AND max_id OPERATOR(pg_catalog.=) $4 \
-          RETURNING max_id, version",
+          RETURNING max_id, version, xmin::pg_catalog.text::pg_catalog.int8",
             table.qualified_name
         );
         let mut cas_conflicts = 0;
@@ -658,7 +665,13 @@ fn cas(
             )?;
             let written = updated.first();
             if let Some(written_max_id) = written.get::<i64>(1).ok().flatten() {
-                let row_version = written.get::<i64>(2).ok().flatten();
+                let row_version = match (
+                    written.get::<i64>(2).ok().flatten(),
+                    written.get::<i64>(3).ok().flatten(),
+                ) {
+                    (Some(version), Some(xmin)) => u32::try_from(xmin).ok().map(|x| (version, x)),
+                    _ => None,
+                };
                 let (first, len) = match granted_range(&plan, written_max_id) {
                     Ok(range) => range,
                     Err(problem) => return Ok(Err(problem)),

@@ -110,10 +110,12 @@ pub struct Slot {
     pub chain: RangeChain,
     /// The row's `version` as the CAS that gave the last published range
     /// left it (`NO_ROW_VERSION`: not known — no range yet, a range from a
-    /// central server, or the ranges discarded). At a clean stop the row
-    /// still at this version has been taken from by nobody else since, so
-    /// the chain's untaken top can go back to it (`close_for_give_back`).
+    /// central server, or the ranges discarded), and the `xmin` of the row
+    /// version that CAS wrote. At a clean stop the row still at this
+    /// version and `xmin` has been taken from by nobody else since, so the
+    /// chain's untaken top can go back to it (`close_for_give_back`).
     row_version: AtomicI64,
+    row_xmin: AtomicU32,
     pub stats: SlotStats,
     /// Bumped after each failed refill, once `error` holds its text.
     pub error_seq: AtomicU64,
@@ -270,6 +272,7 @@ pub struct GiveBack {
     pub lowest: i64,
     pub highest: i64,
     pub row_version: i64,
+    pub row_xmin: u32,
 }
 
 /// A slot's owner and generation, read together under the lock.
@@ -753,22 +756,23 @@ impl Slot {
     }
 
     /// Publishes a committed range (exclusive lock held), which left the
-    /// row at `row_version` (`None` for a central server's row). If the
-    /// slot was bound to another `id_segment` table (the extension was
-    /// re-created), its old ranges are dropped first.
+    /// row at `row_version` (its version and `xmin`; `None` for a central
+    /// server's row). If the slot was bound to another `id_segment` table
+    /// (the extension was re-created), its old ranges are dropped first.
     pub fn publish(
         &self,
         _locked: &Locked<'_>,
         table_oid: u32,
         (first, len, mark): (i64, u64, u64),
-        row_version: Option<i64>,
+        row_version: Option<(i64, u32)>,
     ) -> Result<(), PublishError> {
         self.rebind(table_oid);
         let published = self.chain.publish(first, len, mark);
         if published.is_ok() {
             self.stats.falling_back.store(false, Ordering::Relaxed);
-            self.row_version
-                .store(row_version.unwrap_or(NO_ROW_VERSION), Ordering::Relaxed);
+            let (version, xmin) = row_version.unwrap_or((NO_ROW_VERSION, 0));
+            self.row_xmin.store(xmin, Ordering::Relaxed);
+            self.row_version.store(version, Ordering::Relaxed);
         }
         published
     }
@@ -797,6 +801,7 @@ impl Slot {
             lowest,
             highest,
             row_version,
+            row_xmin: self.row_xmin.load(Ordering::Relaxed),
         })
     }
 

@@ -115,7 +115,7 @@ pub fn detached_table_name(table_oid: u32) -> Option<String> {
 }
 
 /// The OID of `id_segment_remote` beside table `table_oid` (0: none).
-fn remote_table_oid(table_oid: u32) -> u32 {
+pub(super) fn remote_table_oid(table_oid: u32) -> u32 {
     sibling_table_oid(table_oid, c"id_segment_remote")
 }
 

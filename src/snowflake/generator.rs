@@ -107,9 +107,13 @@ pub const BURST_HEADROOM_MS: i64 = 25;
 /// the keeper keeps its mark a window ahead of the clock: an application
 /// that inserts every few seconds (or minutes) never waits for a WAL flush
 /// and an fsync on its first call after a pause. The cost is one small
-/// commit per half window (about 1 s by default) for this long after the
-/// last ID; an idle server writes nothing after it.
+/// commit per half window (1 s by default) for this long after the last
+/// ID, and at most `IDLE_WRITES` of them (a short window keeps ahead for
+/// less time); an idle server writes nothing after it.
 pub const KEEP_AHEAD_WHILE_IDLE_MS: i64 = 300_000;
+
+/// The most writes the keeper makes through one pause (see above).
+pub const IDLE_WRITES: i64 = 300;
 
 /// How far the wall clock may move against the monotonic clock after the
 /// last ID before the keeper stops writing ahead of it while idle: NTP's
@@ -131,9 +135,10 @@ pub struct IdleWatch {
 
 impl IdleWatch {
     /// How long after its last ID the generator counts as in use
-    /// (`mark_to_persist`'s `in_use_ms`): `KEEP_AHEAD_WHILE_IDLE_MS` while
-    /// the wall clock keeps pace with the monotonic clock since the last ID
-    /// this watch saw, else only `window_ms`.
+    /// (`mark_to_persist`'s `in_use_ms`): `KEEP_AHEAD_WHILE_IDLE_MS`, or
+    /// `IDLE_WRITES` half windows if less, while the wall clock keeps pace
+    /// with the monotonic clock since the last ID this watch saw, else only
+    /// `window_ms`.
     pub fn in_use_ms(&mut self, issued: u64, wall_minus_mono_ms: i64, window_ms: i64) -> i64 {
         if issued != self.issued_seen {
             self.issued_seen = issued;
@@ -141,7 +146,9 @@ impl IdleWatch {
         }
         match self.clock_offset_at_last_id {
             Some(offset) if (wall_minus_mono_ms - offset).abs() <= IDLE_CLOCK_STEP_MS => {
-                KEEP_AHEAD_WHILE_IDLE_MS.max(window_ms)
+                KEEP_AHEAD_WHILE_IDLE_MS
+                    .min(IDLE_WRITES * window_ms / 2)
+                    .max(window_ms)
             }
             _ => {
                 self.clock_offset_at_last_id = None;
@@ -821,6 +828,9 @@ mod tests {
             watch.in_use_ms(issued(), IDLE_CLOCK_STEP_MS, 2000),
             KEEP_AHEAD_WHILE_IDLE_MS
         );
+        // A short window keeps ahead for IDLE_WRITES writes, not 5 minutes.
+        assert_eq!(watch.in_use_ms(issued(), 0, 100), IDLE_WRITES * 50);
+        assert_eq!(watch.in_use_ms(issued(), 0, 1_000_000), 1_000_000);
     }
 
     #[test]

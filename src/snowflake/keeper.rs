@@ -192,7 +192,7 @@ fn warn_if_next_start_would_fail() {
                 "SELECT s.name::pg_catalog.text, \
                         CASE WHEN s.source OPERATOR(pg_catalog.=) 'command line' THEN s.setting \
                              ELSE coalesce((SELECT f.setting FROM pg_catalog.pg_file_settings f \
-                                             WHERE f.name OPERATOR(pg_catalog.=) s.name \
+                                             WHERE pg_catalog.lower(f.name) OPERATOR(pg_catalog.=) s.name \
                                              ORDER BY f.seqno DESC LIMIT 1), s.boot_val) END \
                    FROM pg_catalog.pg_settings s \
                   WHERE s.name OPERATOR(pg_catalog.=) ANY ($1)",
@@ -209,8 +209,15 @@ fn warn_if_next_start_would_fail() {
         })
     });
     let Ok(Ok(settings)) = read else { return };
-    if let Some(problem) = config::next_start_problem(|name| settings.get(name).cloned().flatten())
-    {
+    // Numbers as PostgreSQL reads them (hex, octal, a fraction rounded).
+    let setting = |name: &str| {
+        let text = settings.get(name).cloned().flatten()?;
+        Some(match name.ends_with("_bits") {
+            true => pg_int(&text).map_or(text, |n| n.to_string()),
+            false => text,
+        })
+    };
+    if let Some(problem) = config::next_start_problem(setting) {
         let refusal = problem.stored();
         IdgenError::NextStartWouldFail {
             sqlstate: refusal.sqlstate,
@@ -219,6 +226,16 @@ fn warn_if_next_start_would_fail() {
         }
         .warn();
     }
+}
+
+/// An integer setting's text as PostgreSQL's own parser reads it.
+fn pg_int(text: &str) -> Option<i32> {
+    let text = std::ffi::CString::new(text).ok()?;
+    let mut value = 0;
+    // SAFETY: parse_int reads the NUL-terminated text and writes the int;
+    // a null hint pointer is allowed.
+    let parsed = unsafe { pg_sys::parse_int(text.as_ptr(), &mut value, 0, std::ptr::null_mut()) };
+    parsed.then_some(value)
 }
 
 /// The least `pg_idgen.snowflake_persist_ahead` may be (`gucs.rs`).

@@ -590,8 +590,8 @@ def test_tag_dependencies_hold_for_a_role_without_access_to_id_segment(make_clus
         conn.execute("ALTER TABLE orders ADD COLUMN code bigint GENERATED ALWAYS AS (id * 2) STORED")
         assert notices == []
         conn.execute("CREATE TABLE typo (id bigint DEFAULT segment_nextval('ordres'))")
-        assert notices == [("01000", 'column "id" of table typo draws from segment tag "ordres", '
-                                     'which does not exist')]
+        assert notices == [("01000", 'the default of column "id" of table typo draws from segment tag '
+                                     '"ordres", which does not exist')]
         notices.clear()
         # Rolled back: nothing to warn about.
         conn.execute("BEGIN")
@@ -606,10 +606,72 @@ def test_tag_dependencies_hold_for_a_role_without_access_to_id_segment(make_clus
         conn.execute("INSERT INTO orders (n) VALUES (1)")
     with pytest.raises(errors.DependentObjectsStillExist) as refused:
         c.sql("SELECT segment_drop('orders')")
-    assert 'column "id" of table orders' in refused.value.diag.message_primary
+    assert 'the default of column "id" of table orders' in refused.value.diag.message_primary
     assert "force => true" in refused.value.diag.message_hint
     assert c.sql("SELECT count(*) FROM id_segment WHERE biz_tag = 'orders'") == [(1,)]
     c.sql("SELECT segment_drop('later', force => true)")
     assert c.sql("SELECT count(*) FROM id_segment WHERE biz_tag = 'later'") == [(0,)]
     c.sql("ALTER TABLE orders ALTER COLUMN id DROP DEFAULT")
     c.sql("SELECT segment_drop('orders')")
+
+
+def test_the_defaults_check_never_fails_or_stalls_anyones_ddl(make_cluster):
+    # Found by review: the event trigger ran as the caller, so a role that
+    # could not reach the extension's schema or function could create no
+    # table at all; and the commit-time check waited for a lock on
+    # id_segment, so COMMIT failed under lock_timeout.
+    c = make_cluster()
+    c.start()
+    c.sql("CREATE SCHEMA idgen")
+    c.sql("ALTER DEFAULT PRIVILEGES REVOKE EXECUTE ON FUNCTIONS FROM PUBLIC")
+    c.sql("CREATE EXTENSION pg_idgen SCHEMA idgen")
+    c.sql("SELECT idgen.segment_create('orders')")
+    c.sql("CREATE ROLE app LOGIN")
+    c.sql("CREATE SCHEMA app AUTHORIZATION app")
+    notices = []
+    with session(c, "postgres", user="app") as conn:
+        conn.add_notice_handler(lambda d: notices.append(d.message_primary))
+        conn.execute("CREATE TABLE app.plain (id int)")
+        conn.execute("CREATE TEMP TABLE scratch (id int)")
+        # Naming the function needs USAGE on its schema; the check's own
+        # function stays out of the role's reach (no EXECUTE for PUBLIC).
+        c.sql("GRANT USAGE ON SCHEMA idgen TO app")
+        conn.execute("CREATE TABLE app.typo (id bigint DEFAULT idgen.segment_nextval('ordres'))")
+        # (The table as regclass prints it: schema app is the role's own.)
+        assert notices == ['the default of column "id" of table typo draws from segment tag '
+                           '"ordres", which does not exist']
+    # id_segment held by a VACUUM FULL or TRUNCATE: COMMIT neither waits nor fails.
+    with c.connect() as holder:
+        holder.execute("BEGIN")
+        holder.execute("LOCK idgen.id_segment IN ACCESS EXCLUSIVE MODE")
+        with c.connect() as conn:
+            conn.execute("SET lock_timeout = '2s'")
+            conn.execute("BEGIN")
+            conn.execute("CREATE TABLE locked (id bigint DEFAULT idgen.segment_nextval('nope'))")
+            conn.execute("COMMIT")
+        holder.execute("ROLLBACK")
+    assert c.sql("SELECT count(*) FROM pg_class WHERE relname = 'locked'") == [(1,)]
+
+
+def test_segment_drop_sees_the_tag_through_casts_names_collations_and_domains(make_cluster):
+    c = make_cluster()
+    c.start()
+    c.sql("CREATE EXTENSION pg_idgen")
+    uses = {
+        "named": "bigint DEFAULT segment_nextval(tag => 'named')",
+        "varchar": "bigint DEFAULT segment_nextval('varchar'::varchar)",
+        "collate": "bigint DEFAULT segment_nextval('collate' COLLATE \"C\")",
+        "back\\slash": "bigint DEFAULT segment_nextval('back\\slash')",
+    }
+    for tag, column in uses.items():
+        c.sql("SELECT segment_create(%s)", (tag,))
+        c.sql(f"CREATE TABLE \"t_{tag}\" (id {column})")
+    c.sql("SELECT segment_create('domain')")
+    c.sql("CREATE DOMAIN order_id AS bigint DEFAULT segment_nextval('domain')")
+    for scs in ("on", "off"):
+        for tag in [*uses, "domain"]:
+            with c.connect() as conn:
+                conn.execute(f"SET standard_conforming_strings = {scs}")
+                with pytest.raises(errors.DependentObjectsStillExist):
+                    conn.execute("SELECT segment_drop(%s)", (tag,))
+    assert c.sql("SELECT count(*) FROM id_segment") == [(5,)]

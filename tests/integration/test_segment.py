@@ -12,7 +12,7 @@ import pytest
 from psycopg import errors
 
 from adversary import paused
-from helpers import assert_increasing, assert_unique, row_locked, wait_for
+from helpers import assert_increasing, assert_unique, draw, row_locked, wait_for
 
 
 def draw_batches(cluster, db, tag, batches, size, use_setof=False):
@@ -576,3 +576,30 @@ def test_a_trigger_that_rewrites_the_give_back_is_refused(make_cluster):
     after = draw_batches(c, "postgres", "orders", 1, 10)
     assert min(after) == cached_to + 1
     assert_unique(before + after)
+
+
+def test_nothing_goes_back_to_a_tag_dropped_and_created_again_meanwhile(make_cluster):
+    # Found by review: a tag dropped and created again while the stopping
+    # worker held its give-back can end at the same version and max_id as
+    # the worker's last refill left the old row (the creating transaction
+    # raises max_id over the IDs it handed out); only the row version's
+    # xmin tells them apart.
+    c = make_cluster()
+    c.start()
+    c.sql("CREATE EXTENSION pg_idgen")
+    c.sql("SELECT segment_create('s', step => 1000)")
+    before = draw_batches(c, "postgres", "s", 1, 700)
+    (max_id, version), = c.sql("SELECT max_id, version FROM id_segment WHERE biz_tag = 's'")
+    stop = lambda: c.sql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                         "WHERE backend_type = 'pg_idgen refill worker'")
+    with paused(c, "worker-before-give-back", trigger=stop):
+        with c.connect() as conn:
+            conn.execute("BEGIN")
+            conn.execute("SELECT segment_drop('s', force => true)")
+            conn.execute("SELECT segment_create('s', start => %s, step => 1000)", (max_id - 4,))
+            recreated = draw(conn, "s", 5)
+            conn.execute("COMMIT")
+        assert c.sql("SELECT max_id, version FROM id_segment WHERE biz_tag = 's'") == [(max_id, version)], \
+            "the race needs the re-created row at the old row's version and max_id"
+    after = draw_batches(c, "postgres", "s", 1, 1400)
+    assert_unique(before + recreated + after)

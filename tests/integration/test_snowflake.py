@@ -719,3 +719,27 @@ def test_a_reload_warns_about_a_layout_the_next_start_would_refuse(make_cluster)
     c.restart()
     assert c.sql("SELECT time_bits, machine_bits, sequence_bits, machine_id FROM snowflake_status "
                  "WHERE generator = 'default'") == [(40, 2, 21, 3)]
+
+
+def test_the_reload_check_reads_numbers_and_names_as_postgres_does(make_cluster):
+    # Found by review: hex, octal, fractions and upper-case names were
+    # judged differently from how the start reads them. 0x2F = 47, 04 = 4,
+    # 12.0 = 12: a whole layout, in which machine id 20 does not fit. Read
+    # wrongly, the warning would be about the sum, or there would be none.
+    c = make_cluster(conf=["pg_idgen.machine_id = 7", "include_if_exists = 'layout.conf'"])
+    c.start()
+    c.sql("CREATE EXTENSION pg_idgen")
+    layout = os.path.join(c.data, "layout.conf")
+    with open(layout, "w") as f:
+        f.write("PG_IDGEN.SNOWFLAKE_TIME_BITS = 0x2F\nPg_Idgen.Snowflake_Machine_Bits = 04\n"
+                "pg_idgen.snowflake_sequence_bits = 12.0\npg_idgen.machine_id = 20\n")
+    shutil.chown(layout, "postgres", "postgres")
+    c.sql("SELECT pg_reload_conf()")
+    warning = "the configuration files hold a setting the next server start will refuse"
+    assert wait_for(lambda: warning in c.log(), timeout=30)
+    line = next(l for l in c.log().splitlines() if warning in l)
+    assert "20 does not fit in pg_idgen.snowflake_machine_bits = 4" in line, line
+    os.unlink(layout)
+    c.sql("SELECT pg_reload_conf()")
+    c.restart()
+    assert draw_snowflakes(c, 10)
