@@ -71,6 +71,9 @@ const MAX_BACKOFF_MS: i64 = 10_000;
 /// asked, after it logged that once.
 const SHORTENED_LOGGED: &str = "range shortened";
 
+/// The least time between two WARNINGs about one slot's short ranges.
+const SHORTENED_WARNING_EVERY: Duration = Duration::from_secs(60);
+
 /// Refills of one pass that may lose a central server's CAS in a row.
 const MAX_SERIALIZATION_RETRIES: u32 = 50;
 
@@ -256,6 +259,8 @@ struct WorkerMemory {
     remote: std::collections::HashSet<(usize, u64)>,
     backoff: HashMap<(usize, u64), Backoff>,
     logged: HashMap<usize, String>,
+    /// When each slot's short ranges were last warned about.
+    shortened_warned: HashMap<usize, Instant>,
 }
 
 /// A failing tag's retry schedule.
@@ -361,7 +366,7 @@ fn refill_pass(registry: &Registry, worker: WorkerKey, memory: &mut WorkerMemory
             worker.lane,
             steps,
             percent,
-            &mut memory.logged,
+            (&mut memory.logged, &mut memory.shortened_warned),
         ) {
             Refilled::Published { remote } => {
                 memory.backoff.remove(&key);
@@ -536,7 +541,7 @@ fn refill(
     lane: u32,
     steps: u64,
     percent: u32,
-    logged: &mut HashMap<usize, String>,
+    (logged, shortened_warned): (&mut HashMap<usize, String>, &mut HashMap<usize, Instant>),
 ) -> Refilled {
     let attempt = Attempt {
         slot,
@@ -559,8 +564,15 @@ fn refill(
         RangeTake::Granted(granted) => match publish(registry, &attempt, &granted) {
             Publish::Done => {
                 if granted.len < granted.asked {
-                    // Once while it lasts, as an error is logged once.
-                    if logged.get(&index).map(String::as_str) != Some(SHORTENED_LOGGED) {
+                    // Once while it lasts, as an error is logged once — and
+                    // at most once a minute, when full refills of a step or
+                    // errors come in between.
+                    let recently = shortened_warned
+                        .get(&index)
+                        .is_some_and(|at| at.elapsed() < SHORTENED_WARNING_EVERY);
+                    if logged.get(&index).map(String::as_str) != Some(SHORTENED_LOGGED) && !recently
+                    {
+                        shortened_warned.insert(index, Instant::now());
                         let shortened = IdgenError::RangeShortened {
                             tag: tag.to_string(),
                             asked: granted.asked,
