@@ -306,6 +306,7 @@ fn warn_about_missing_tags(pending: &[(u32, u32)]) {
 
 fn warn_in_snapshot(pending: &[(u32, u32)]) {
     let mut tables: Vec<u32> = pending.iter().map(|&(_, table)| table).collect();
+    tables.sort_unstable();
     tables.dedup();
     for table_oid in tables {
         if !readable_now(table_oid) || !readable_now(remote_table_oid(table_oid)) {
