@@ -36,7 +36,7 @@ mod tests {
     }
 
     #[pg_test]
-    fn segment_create_writes_the_row_the_seed_describes() {
+    fn segment_create_writes_the_row_leaf_describes() {
         Spi::run("SELECT segment_create('pgtest_create', start => 500, step => 25)").unwrap();
         let row = Spi::get_three::<i64, i32, i64>(
             "SELECT max_id, step, version FROM id_segment WHERE biz_tag = 'pgtest_create'",

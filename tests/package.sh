@@ -26,7 +26,7 @@ cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
 
 PG_ROOT=${PG_IDGEN_PG_ROOT:-/opt/pg_idgen-pg}
-MAINTAINER=${DEB_MAINTAINER:-"pg_idgen maintainers <maintainers@users.noreply.a-seed-bb5f8b89.example>"}
+MAINTAINER=${DEB_MAINTAINER:-"pg_idgen developers <dev@pg-idgen.invalid>"}
 OUT=target/packages
 BUILD=target/package-build
 

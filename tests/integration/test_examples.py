@@ -1,7 +1,7 @@
 """The client examples against a real server: the ID pool
 (examples/id_pool.py) under many threads, beside another pool, plain
-segment_nextval callers and a program running the seeds' version CAS on the
-row; the seed's own double buffer, shown to repeat an ID; and the URL
+segment_nextval callers and a program running the classic version-CAS protocol on
+the row; the URL-shortener article's double buffer, shown to repeat an ID; and the URL
 shortener (examples/shortener/) run as a program.
 
 No assertion depends on how fast the machine is: the prefetch is checked by
@@ -59,8 +59,8 @@ def reserve_statements(made):
     return sum(conn.reserve_statements for conn in made)
 
 
-def seed_cas_ranges(conn, tag, rounds):
-    """The seeds' protocol, done right: (max_id - step, max_id] after a won CAS."""
+def classic_cas_ranges(conn, tag, rounds):
+    """The classic version-CAS protocol, done right: (max_id - step, max_id] after a won CAS."""
     ids = []
     while rounds:
         (max_id, step, version), = conn.execute(
@@ -225,7 +225,7 @@ def test_pool_under_many_threads(cluster, db):
     assert len(made) == 1
 
 
-def test_two_pools_segment_nextval_and_the_seeds_protocol_share_no_id(cluster, db):
+def test_two_pools_segment_nextval_and_a_classic_version_cas_client_share_no_id(cluster, db):
     cluster.sql("SELECT segment_create('shared', step => 500)", dbname=db)
     results, failures = {}, []
 
@@ -253,7 +253,7 @@ def test_two_pools_segment_nextval_and_the_seeds_protocol_share_no_id(cluster, d
     def cas_user():
         try:
             with cluster.connect(db) as conn:
-                results["seeds' CAS"] = seed_cas_ranges(conn, "shared", 20)
+                results["classic CAS"] = classic_cas_ranges(conn, "shared", 20)
         except Exception as e:  # noqa: BLE001
             failures.append(e)
 
@@ -265,7 +265,7 @@ def test_two_pools_segment_nextval_and_the_seeds_protocol_share_no_id(cluster, d
     for t in workers:
         t.join()
     assert not failures, failures[0]
-    assert set(results) == {"pool A", "pool B", "segment_nextval", "seeds' CAS"}
+    assert set(results) == {"pool A", "pool B", "segment_nextval", "classic CAS"}
     owner = {}
     for name, ids in results.items():
         assert_unique(ids)
@@ -275,8 +275,8 @@ def test_two_pools_segment_nextval_and_the_seeds_protocol_share_no_id(cluster, d
     assert len(owner) == 30_000 * 2 + 35_000 + 20 * 500
 
 
-class SeedDoubleBuffer:
-    """The seed's DoubleBufferSegmentGenerator, transcribed (its loads and its
+class ArticleDoubleBuffer:
+    """The URL-shortener article's DoubleBufferSegmentGenerator, transcribed (its loads and its
     switch; the background thread left out, so the switch takes the
     synchronous path, which has the same flaw)."""
 
@@ -301,32 +301,32 @@ class SeedDoubleBuffer:
     def next_id(self):
         self.current_id += 1
         if self.current_id > self.current_max:
-            self._load_segment()          # the seed: current_id = old_max
+            self._load_segment()          # the article: current_id = old_max
         return self.current_id
 
 
-def test_the_seeds_double_buffer_repeats_an_id_on_every_switch(cluster, db):
-    """What the pool's docstring says goes wrong: after a switch the seed
-    returns old_max, the last ID of the previous holder's range."""
-    cluster.sql("SELECT segment_create('seed', step => 10)", dbname=db)
+def test_the_articles_double_buffer_repeats_an_id_on_every_switch(cluster, db):
+    """What the pool's docstring says goes wrong: after a switch the article's
+    generator returns old_max, the last ID of the previous holder's range."""
+    cluster.sql("SELECT segment_create('article', step => 10)", dbname=db)
     with cluster.connect(db) as conn:
-        seed = SeedDoubleBuffer(conn, "seed")
-        alone = [seed.next_id() for _ in range(11)]
+        article = ArticleDoubleBuffer(conn, "article")
+        alone = [article.next_id() for _ in range(11)]
         # Alone on the row: ID 10 twice, its own previous range's last ID.
         assert alone[9] == alone[10] == 10
-        # Beside pg_idgen: the seed's first ID after a switch is one
+        # Beside pg_idgen: the article's first ID after a switch is one
         # segment_nextval has handed out (or will: the top of its range).
-        ours = [r[0] for r in conn.execute("SELECT segment_nextval('seed') FROM generate_series(1, 10)")]
-        while seed.current_id < seed.current_max:
-            seed.next_id()
-        after_switch = seed.next_id()
+        ours = [r[0] for r in conn.execute("SELECT segment_nextval('article') FROM generate_series(1, 10)")]
+        while article.current_id < article.current_max:
+            article.next_id()
+        after_switch = article.next_id()
         assert after_switch > max(alone)
         # The top of the range pg_idgen's worker took last: this backend's
         # segment_nextval hands it out in its turn.
         for _ in range(1000):
             if max(ours) >= after_switch:
                 break
-            ours += [r[0] for r in conn.execute("SELECT segment_nextval('seed') FROM generate_series(1, 10)")]
+            ours += [r[0] for r in conn.execute("SELECT segment_nextval('article') FROM generate_series(1, 10)")]
         assert after_switch in ours, (after_switch, ours)
 
 

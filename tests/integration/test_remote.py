@@ -72,9 +72,9 @@ def central_max_id(central, central_db, tag="orders"):
     return max_id
 
 
-def test_shards_and_a_seeds_client_never_share_an_id(make_cluster):
+def test_shards_and_a_classic_version_cas_client_never_share_an_id(make_cluster):
     """Central + 2 shards x 4 sessions x 100,000 IDs at step 10, while a
-    client runs the seeds' CAS on the central row itself."""
+    client runs the classic version-CAS protocol on the central row itself."""
     central, central_db, shards = central_and_shards(make_cluster)
     per_session, sessions = {}, []
     stop = threading.Event()
@@ -91,7 +91,7 @@ def test_shards_and_a_seeds_client_never_share_an_id(make_cluster):
         except Exception as e:  # reported below
             failures.append(e)
 
-    def seeds_client():
+    def classic_client():
         with central.connect(central_db) as conn:
             while not stop.is_set():
                 (max_id, step, version), = conn.execute(
@@ -103,7 +103,7 @@ def test_shards_and_a_seeds_client_never_share_an_id(make_cluster):
                 if won:
                     client_ranges.append((won[0][0] - step + 1, won[0][0]))
 
-    client = threading.Thread(target=seeds_client)
+    client = threading.Thread(target=classic_client)
     client.start()
     for s, (shard, db) in enumerate(shards):
         for i in range(4):
@@ -121,12 +121,12 @@ def test_shards_and_a_seeds_client_never_share_an_id(make_cluster):
     everything = [i for ids in per_session.values() for i in ids]
     assert len(everything) == 800_000
     assert_unique(everything)
-    assert client_ranges, "the seeds' client never won a range"
+    assert client_ranges, "the classic version-CAS client never won a range"
     ranges = sorted(client_ranges)
     starts = [first for first, _ in ranges]
     inside = [i for i in everything
               if (k := bisect.bisect_right(starts, i) - 1) >= 0 and i <= ranges[k][1]]
-    assert not inside, f"shards handed out IDs of the seeds' client's ranges: {inside[:5]}"
+    assert not inside, f"shards handed out IDs of the classic client's ranges: {inside[:5]}"
     assert max(everything) <= central_max_id(central, central_db)
     (source,), = shards[0][0].sql("SELECT source FROM segment_status WHERE tag = 'orders'",
                                   dbname=shards[0][1])

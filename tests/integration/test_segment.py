@@ -106,7 +106,7 @@ def test_an_open_transaction_holds_no_lock_and_delays_no_one(cluster, db):
 
 
 def outside_allocator(cluster, db, tag, ranges_wanted, granted, stop):
-    """The seeds' CAS protocol, run by an application on the same row."""
+    """The classic version-CAS protocol (Meituan Leaf's segment mode), run by an application on the same row."""
     with cluster.connect(db, autocommit=False) as conn:
         while len(granted) < ranges_wanted and not stop.is_set():
             (max_id, step, version), = conn.execute(
