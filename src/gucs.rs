@@ -50,7 +50,7 @@ pub struct CheckHooks {
 pub fn register(hooks: &CheckHooks) {
     GucRegistry::define_int_guc(
         c"pg_idgen.max_tags",
-        c"Maximum number of segment tags (per database) kept in shared memory.",
+        c"Maximum number of (database, segment tag) pairs of the whole cluster kept in shared memory.",
         c"Each (database, tag) pair that segment_nextval() has used holds one slot of about 2.7 kB of shared memory until segment_drop() or a restart.",
         &MAX_TAGS,
         16,

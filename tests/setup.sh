@@ -62,10 +62,22 @@ for major in "${PG_IDGEN_VERSIONS[@]}"; do
     fi
 done
 
-if ! .venv/bin/python -c 'import psycopg, pytest' 2>/dev/null; then
-    step "installing the integration tests' Python packages into .venv"
+# The integration tests' packages, and MkDocs for the docs site (docs/).
+pins_met='
+import sys
+from importlib.metadata import version, PackageNotFoundError
+for path in sys.argv[1:]:
+    for line in open(path):
+        name, _, wanted = line.split("#")[0].strip().partition("==")
+        try:
+            assert not name or version(name.split("[")[0]) == wanted
+        except (AssertionError, PackageNotFoundError):
+            sys.exit(1)'
+if ! .venv/bin/python -c "$pins_met" tests/integration/requirements.txt docs/requirements.txt 2>/dev/null; then
+    step "installing the integration tests' and the docs' Python packages into .venv"
     python3 -m venv .venv
-    .venv/bin/pip install -q --disable-pip-version-check -r tests/integration/requirements.txt
+    .venv/bin/pip install -q --disable-pip-version-check \
+        -r tests/integration/requirements.txt -r docs/requirements.txt
 fi
 
 # tests/test.sh installs a build per version itself.

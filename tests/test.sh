@@ -49,7 +49,7 @@ CORE_TESTS=(
     tests/integration/test_ddl_and_workers.py
     tests/integration/test_blocks.py
     tests/integration/test_examples.py
-    tests/integration/test_remote.py::test_shards_and_a_seeds_client_never_share_an_id
+    tests/integration/test_remote.py::test_shards_and_a_classic_version_cas_client_never_share_an_id
     tests/integration/test_lease.py::test_three_servers_starting_at_once_get_three_machine_ids
     "tests/integration/test_failover.py::test_a_promoted_standby_continues_above_every_replicated_id[right]"
     tests/integration/test_pg_upgrade.py
@@ -65,6 +65,11 @@ cargo clippy --all-targets --features "pg15 pg_test failpoints" -- -D warnings
 work=$(mktemp -d /tmp/pg_idgen-test.XXXXXX)
 chown postgres: "$work"
 trap 'rm -rf "$work"' EXIT
+
+# The docs site: a broken link, a missing page or an unknown anchor fails.
+echo; echo "== mkdocs build --strict (docs/)"
+.venv/bin/mkdocs build --strict --quiet --site-dir "$work/site"
+# (Its SQL runs in tests/integration/test_docs_snippets.py, with 15's.)
 
 previous=
 for major in "${versions[@]}"; do

@@ -312,7 +312,8 @@ impl fmt::Display for LeaseError {
             ),
             LeaseError::NoRows { max_machine_id } => write!(
                 f,
-                "the machine id lease table has no row for ids 0 to {max_machine_id}: seed it first"
+                "the machine id lease table has no row for ids 0 to {max_machine_id}: \
+                 the lease keeper inserts them when the user it connects as may INSERT into it"
             ),
             LeaseError::AllLocked { max_machine_id } => write!(
                 f,
@@ -1156,7 +1157,7 @@ mod tests {
                 max_machine_id: 1023
             }
         );
-        assert!(err.to_string().contains("seed it first"));
+        assert!(err.to_string().contains("no row for ids 0 to"));
         // Rows beyond this server's layout do not count.
         let mut central = Central::seeded(40);
         central.rows.retain(|&id, _| id > 15);
@@ -1801,12 +1802,12 @@ mod tests {
             );
             assert!(sql.ends_with("RETURNING version, floor_unix_ms"), "{sql}");
         }
-        // The tables users create are the README's: every column the
+        // The tables users create are the docs' (docs/many-servers.md): every column the
         // statements name is in both of them.
-        let readme = include_str!("../../README.md");
+        let page = include_str!("../../docs/many-servers.md");
         let statement = |start: &str| {
-            let at = readme.find(start).expect(start);
-            &readme[at..at + readme[at..].find(';').unwrap()]
+            let at = page.find(start).expect(start);
+            &page[at..at + page[at..].find(';').unwrap()]
         };
         let central = statement("CREATE TABLE idgen_machine_lease (");
         let foreign = statement("CREATE FOREIGN TABLE idgen_machine_lease (");

@@ -1,6 +1,9 @@
 //! The SQL functions of snowflake IDs: the generators and the helpers that
-//! take IDs apart, format them and bound them by time. All of them need the
-//! preloaded library (the layout comes from the server's settings).
+//! take IDs apart, format them and bound them by time. They need the
+//! preloaded library (the layout comes from the server's settings), except
+//! the `IMMUTABLE` helpers that take the layout as arguments
+//! (`snowflake_timestamp(id, epoch, machine_bits, sequence_bits)` and its
+//! siblings), which read no setting and no shared memory.
 
 use super::clock::{to_timestamptz, PG_EPOCH_UNIX_MICROS};
 use super::generator::Generator;

@@ -2,6 +2,7 @@
 META.json (PGXN) and CHANGELOG.md, the license everywhere, and the upgrade
 script the version needs. No server."""
 
+import glob
 import json
 import os
 import re
@@ -45,3 +46,47 @@ def test_the_changelog_has_every_release_and_the_upgrade_scripts_exist():
     for older, newer in zip(releases[1:], releases):
         assert os.path.exists(os.path.join(REPO, "sql", f"pg_idgen--{older}--{newer}.sql")), \
             f"no upgrade script from {older} to {newer}"
+
+
+def test_the_docs_changelog_is_the_changelog():
+    assert read("docs/changelog.md") == read("CHANGELOG.md"), \
+        "docs/changelog.md differs from CHANGELOG.md: copy it over"
+
+
+def test_the_debian_package_names_the_project_as_its_maintainer():
+    maintainer = re.search(r'^MAINTAINER=\$\{DEB_MAINTAINER:-"([^"]+)"\}', read("tests/package.sh"), re.M).group(1)
+    name, address = re.fullmatch(r"(.+) <([^<>@\s]+@[^<>@\s]+)>", maintainer).groups()
+    assert name in json.loads(read("META.json"))["maintainer"], (name, "is not META.json's maintainer")
+    assert not re.search(r"seed|example|noreply", address), f"a placeholder address: {address}"
+
+
+# Words that mean something only inside the team that wrote pg_idgen: the
+# two documents it was designed from were called by a word of their own
+# (this test's pattern spells it). Users know
+# them as the segment (号段) allocator of Meituan Leaf and the
+# URL-shortener article, the classic version-CAS protocol, and CosId.
+JARGON = re.compile(r"\bthe seeds?\b|\bseeds'|\bseed's\b|\bseeds? (client|protocol|CAS|blog|double buffer)", re.I)
+
+
+def user_facing_files():
+    """What users read: the README, the docs site, the SQL scripts (their
+    comments become the catalog's), the examples, and the Rust sources
+    (their error messages, hints and comments on SQL objects), and the tests,
+    whose names and messages a user reads when one fails."""
+    patterns = ["README.md", "CHANGELOG.md", "docs/**/*.md", "sql/*.sql", "examples/**/*",
+                "src/**/*.rs", "pg_test/**/*.rs", "tests/**/*.py", "tests/**/*.sh", "tests/regress/**/*.sql",
+                "tests/bench/ceiling/src/*.rs"]
+    for pattern in patterns:
+        for path in glob.glob(os.path.join(REPO, pattern), recursive=True):
+            if os.path.isfile(path):
+                yield os.path.relpath(path, REPO)
+
+
+def test_no_project_jargon_where_users_read():
+    found = []
+    for path in user_facing_files():
+        with open(os.path.join(REPO, path), encoding="utf-8", errors="replace") as f:
+            for n, line in enumerate(f, 1):
+                if JARGON.search(line):
+                    found.append(f"{path}:{n}: {line.strip()}")
+    assert not found, "project jargon:\n" + "\n".join(found)
