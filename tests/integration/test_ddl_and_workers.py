@@ -675,3 +675,87 @@ def test_segment_drop_sees_the_tag_through_casts_names_collations_and_domains(ma
                 with pytest.raises(errors.DependentObjectsStillExist):
                     conn.execute("SELECT segment_drop(%s)", (tag,))
     assert c.sql("SELECT count(*) FROM id_segment") == [(5,)]
+
+
+def test_tag_dependencies_from_plpgsql_procedures_prepared_statements_cursors_and_2pc(make_cluster):
+    # Review of issue 20, item 4: segment_drop's dependency check and the
+    # commit-time defaults check, from the calling contexts other than a
+    # plain statement — a refusal caught by an exception block leaves the
+    # tag whole (its IDs go on, none again), a COMMIT inside a procedure
+    # and PREPARE TRANSACTION run the commit-time check, and a table
+    # created in a subtransaction that rolled back is no longer looked at.
+    c = make_cluster(conf=("max_prepared_transactions = 4",))
+    c.start()
+    c.sql("CREATE EXTENSION pg_idgen")
+    c.sql("SELECT segment_create('orders', step => 10)")
+    c.sql("CREATE TABLE orders (id bigint PRIMARY KEY DEFAULT segment_nextval('orders'), n int)")
+    before = [r[0] for r in c.sql("INSERT INTO orders (n) SELECT g FROM generate_series(1, 25) g RETURNING id")]
+    notices = []
+    with c.connect() as conn:
+        conn.add_notice_handler(lambda d: notices.append((d.severity_nonlocalized, d.message_primary)))
+        # A refusal caught in PL/pgSQL: the tag and its cache stay.
+        conn.execute("""
+            DO $$ BEGIN PERFORM segment_drop('orders');
+            EXCEPTION WHEN dependent_objects_still_exist THEN RAISE NOTICE 'refused: %', SQLERRM; END $$
+        """)
+        assert any(m.startswith("refused: ") and "orders" in m for _, m in notices), notices
+        # A prepared statement and a cursor: refused the same way, each time.
+        conn.execute("PREPARE drop_tag(text, boolean) AS SELECT segment_drop($1, force => $2)")
+        for _ in range(2):
+            with pytest.raises(errors.DependentObjectsStillExist):
+                conn.execute("EXECUTE drop_tag('orders', false)")
+        conn.execute("BEGIN")
+        conn.execute("DECLARE c CURSOR FOR SELECT segment_drop('orders')")
+        with pytest.raises(errors.DependentObjectsStillExist):
+            conn.execute("FETCH c")
+        conn.execute("ROLLBACK")
+        assert c.sql("SELECT count(*) FROM id_segment WHERE biz_tag = 'orders'") == [(1,)]
+        after = [r[0] for r in conn.execute(
+            "INSERT INTO orders (n) SELECT g FROM generate_series(26, 50) g RETURNING id").fetchall()]
+        assert not set(before) & set(after) and min(after) > max(before), (before, after)
+
+        # COMMIT inside a procedure runs the commit-time check for the
+        # table created before it; the procedure goes on.
+        notices.clear()
+        conn.execute("""
+            CREATE PROCEDURE make_tables() LANGUAGE plpgsql AS $$ BEGIN
+                CREATE TABLE typo1 (id bigint DEFAULT segment_nextval('ordres'));
+                COMMIT;
+                CREATE TABLE typo2 (id bigint DEFAULT segment_nextval('ordrs'));
+            END $$""")
+        conn.execute("CALL make_tables()")
+        warned = sorted(m for s, m in notices if s == "WARNING")
+        assert warned == ['the default of column "id" of table typo1 draws from segment tag "ordres", '
+                          'which does not exist',
+                          'the default of column "id" of table typo2 draws from segment tag "ordrs", '
+                          'which does not exist'], notices
+        assert c.sql("SELECT count(*) FROM pg_class WHERE relname IN ('typo1', 'typo2')") == [(2,)]
+
+        # A table created in a subtransaction that rolled back: nothing to
+        # look at, nothing to warn about, the commit goes through.
+        notices.clear()
+        conn.execute("""
+            DO $$ BEGIN
+                BEGIN
+                    CREATE TABLE undone (id bigint DEFAULT segment_nextval('nope'));
+                    RAISE division_by_zero;
+                EXCEPTION WHEN division_by_zero THEN NULL; END;
+                CREATE TABLE kept (id bigint DEFAULT segment_nextval('orders'));
+            END $$""")
+        assert [m for s, m in notices if s == "WARNING"] == [], notices
+        assert c.sql("SELECT count(*) FROM pg_class WHERE relname = 'undone'") == [(0,)]
+
+        # PREPARE TRANSACTION runs it too; the prepared transaction commits.
+        notices.clear()
+        conn.execute("BEGIN")
+        conn.execute("CREATE TABLE typo3 (id bigint DEFAULT segment_nextval('ordes'))")
+        conn.execute("PREPARE TRANSACTION 'ddl'")
+        assert [m for s, m in notices if s == "WARNING"] == [
+            'the default of column "id" of table typo3 draws from segment tag "ordes", which does not exist'
+        ], notices
+        conn.execute("COMMIT PREPARED 'ddl'")
+        assert c.sql("SELECT count(*) FROM pg_class WHERE relname = 'typo3'") == [(1,)]
+
+        # force => true through the prepared statement drops it.
+        conn.execute("EXECUTE drop_tag('orders', true)")
+        assert c.sql("SELECT count(*) FROM id_segment WHERE biz_tag = 'orders'") == [(0,)]
