@@ -1,7 +1,7 @@
 """pg_idgen's benchmark: every competitor measured in the same run, on a
 throwaway cluster, interleaved, reported as ratios and marginal costs.
 
-  python tests/bench/bench.py [--quick] [--out DIR] [--update-readme]
+  python tests/bench/bench.py [--quick] [--out DIR]
 
 1. Marginal cost per ID inside one backend: time of
    `SELECT count(f()) FROM generate_series(1, N)` minus the bare
@@ -9,7 +9,11 @@ throwaway cluster, interleaved, reported as ratios and marginal costs.
    interleaved rounds (median and spread). One tag is attached to a second
    throwaway cluster (the central server, through postgres_fdw) and
    measured beside the local tag of the same step: the fast path with
-   either source of ranges.
+   either source of ranges. UUIDs: UUIDv4 (`gen_random_uuid()`) and, where
+   the server has it (PostgreSQL 18 and later), UUIDv7 (`uuidv7()`), here
+   and in part 2; pgEdge's snowflake (`snowflake.nextval()`) too, here and
+   in part 2, when bash tests/bench.sh --pgedge-snowflake DIR built it for
+   this run (pgedge_snowflake()).
 2. INSERT throughput with pgbench at 1, 2, 8 and 32 clients into
    `id <type> PRIMARY KEY DEFAULT <generator>` plus a small payload; TPS
    and latency percentiles from pgbench's per-transaction log.
@@ -22,8 +26,14 @@ throwaway cluster, interleaved, reported as ratios and marginal costs.
 5. The ceiling without PostgreSQL: tests/bench/ceiling (Rust).
 
 Writes bench.md (the table), bench.json (every figure) and three PNG plots
-(matplotlib) to --out; --update-readme replaces the README's benchmark
-section with the new table.
+(matplotlib) to --out. The docs are not written here: `bash tests/bench.sh
+--update-docs` runs every part and then tests/bench/publish.py, which puts
+the tables of that one run into docs/benchmarks.md and README.md.
+
+This module also holds what the other parts share: the run's identity and
+the header line every table starts with (run_identity, describe_machine,
+header), the command line (parse_run_args), the UUID competitors and
+pgEdge's snowflake.
 """
 
 import argparse
@@ -57,14 +67,114 @@ def progress(message):
 
 
 # --------------------------------------------------------------------------
+# The run, and the competitors every part shares
+
+def run_identity():
+    """(date, commit) of this run. bash tests/bench.sh fixes them once, at
+    its start, for all its steps (PG_IDGEN_BENCH_STARTED, a UTC time to the
+    minute, and PG_IDGEN_BENCH_COMMIT), so that every table of one run names
+    the same run; a script run alone takes the time it starts and HEAD."""
+    date = os.environ.get("PG_IDGEN_BENCH_STARTED") or time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    commit = os.environ.get("PG_IDGEN_BENCH_COMMIT") or subprocess.run(
+        ["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    return date, commit
+
+
+UUIDV4 = "UUIDv4 (gen_random_uuid())"
+UUIDV7 = "UUIDv7 (uuidv7())"
+
+
+def uuid_generators(cluster, dbname="bench"):
+    """{label: function call} of the UUID competitors this server has:
+    gen_random_uuid() always (core since PostgreSQL 13), uuidv7() where the
+    server has it built in (18 and later)."""
+    (has_v7,), = cluster.sql("SELECT to_regprocedure('uuidv7()') IS NOT NULL", dbname=dbname)
+    return {UUIDV4: "gen_random_uuid()", **({UUIDV7: "uuidv7()"} if has_v7 else {})}
+
+
+PGEDGE_SNOWFLAKE = "pgEdge snowflake (snowflake.nextval())"
+PGEDGE_SNOWFLAKE_CALL = "snowflake.nextval()"
+PGEDGE_SNOWFLAKE_NODE = 1
+PGEDGE_SNOWFLAKE_SOURCE = "github.com/pgEdge/snowflake"
+# After it in every table: the generator it competes with.
+PGEDGE_SNOWFLAKE_AFTER = "snowflake_nextval()"
+
+
+def pgedge_snowflake():
+    """pgEdge's snowflake extension, when this run measures it:
+    {"version": its control file's default_version, "commit": the commit
+    built or None}; None when it does not. Only bash tests/bench.sh
+    --pgedge-snowflake DIR builds and installs it (its source is on GitHub,
+    which the benchmark machines do not reach), and says so in
+    PG_IDGEN_BENCH_PGEDGE_SNOWFLAKE_VERSION and _COMMIT; an extension of
+    that name found installed otherwise is not measured."""
+    version = os.environ.get("PG_IDGEN_BENCH_PGEDGE_SNOWFLAKE_VERSION")
+    if not version:
+        return None
+    return {"version": version, "commit": os.environ.get("PG_IDGEN_BENCH_PGEDGE_SNOWFLAKE_COMMIT") or None}
+
+
+def pgedge_snowflake_conf(pgedge):
+    """postgresql.conf lines of a cluster that measures it: its node number.
+    No shared_preload_libraries: the library defines snowflake.node when a
+    backend loads it (at its first call), and takes the value set here,
+    held until then as a placeholder; pgedge_snowflake_setup checks that it
+    did."""
+    return [f"snowflake.node = {PGEDGE_SNOWFLAKE_NODE}"] if pgedge else []
+
+
+def pgedge_snowflake_setup(cluster, pgedge, dbname="bench"):
+    """CREATE EXTENSION snowflake in the database, when this run measures it;
+    checks that it is the version built and that its IDs carry the node of
+    pgedge_snowflake_conf. Returns {label: function call}, empty when not
+    measured."""
+    if not pgedge:
+        return {}
+    cluster.sql("CREATE EXTENSION snowflake", dbname=dbname)
+    (version,), = cluster.sql("SELECT extversion FROM pg_extension WHERE extname = 'snowflake'", dbname=dbname)
+    if version != pgedge["version"]:
+        raise SystemExit(f"pgEdge's snowflake: the server has version {version}, but {pgedge['version']} was built")
+    (node,), = cluster.sql(f"SELECT snowflake.get_node({PGEDGE_SNOWFLAKE_CALL})", dbname=dbname)
+    if node != PGEDGE_SNOWFLAKE_NODE:
+        raise SystemExit(f"pgEdge's snowflake: its IDs carry node {node}, not snowflake.node = "
+                         f"{PGEDGE_SNOWFLAKE_NODE} from postgresql.conf")
+    return {PGEDGE_SNOWFLAKE: PGEDGE_SNOWFLAKE_CALL}
+
+
+def pgedge_snowflake_version(pgedge):
+    """"2.6.0 (commit ebbdae83a49b)": the version measured, as the tables
+    name it."""
+    return pgedge["version"] + (f" (commit {pgedge['commit']})" if pgedge.get("commit") else "")
+
+
+def pgedge_snowflake_note(pgedge):
+    """The sentence each table of a run that measured it carries."""
+    return (f"{PGEDGE_SNOWFLAKE}: version {pgedge_snowflake_version(pgedge)} of pgEdge's snowflake extension, "
+            f"{PGEDGE_SNOWFLAKE_SOURCE}, built from source for this run "
+            f"(`bash tests/bench.sh --pgedge-snowflake DIR`), `snowflake.node = {PGEDGE_SNOWFLAKE_NODE}`; "
+            "each call locks its sequence's (snowflake.id_seq) buffer, no IDs cached.")
+
+
+def with_after(items, after, extra):
+    """items (a list of (label, ...) tuples, or a dict) with extra's entries
+    right after the entry labelled `after` (at the end without it)."""
+    pairs = list(items.items()) if isinstance(items, dict) else list(items)
+    extra = list(extra.items()) if isinstance(extra, dict) else list(extra)
+    at = next((i + 1 for i, pair in enumerate(pairs) if pair[0] == after), len(pairs))
+    pairs[at:at] = extra
+    return dict(pairs) if isinstance(items, dict) else pairs
+
+
+# --------------------------------------------------------------------------
 # 1. Marginal cost per ID
 
 REMOTE_LABEL = "segment_nextval, step 100,000, attached to a central server"
 LOCAL_TWIN = "segment_nextval, step 100,000"
 
 # (label, expression, share of N): the JavaScript-safe layout holds 256 IDs
-# per ms, so it runs on a smaller N to stay within its lead.
-SCALAR_COMPETITORS = [
+# per ms, so it runs on a smaller N to stay within its lead. The UUIDs are
+# added by scalar_competitors().
+BASE_SCALAR_COMPETITORS = [
     ("floor: pgrx function, one atomic add", "idgen_floor()", 1.0),
     ("segment_nextval, step 100", "segment_nextval('step100')", 1.0),
     ("segment_nextval, step 1,000", "segment_nextval('step1000')", 1.0),
@@ -74,9 +184,27 @@ SCALAR_COMPETITORS = [
     ("snowflake_js_nextval()", "snowflake_js_nextval()", 0.1),
     ("nextval, CACHE 1", "nextval('seq_cache1')", 1.0),
     ("nextval, CACHE 100", "nextval('seq_cache100')", 1.0),
-    ("gen_random_uuid()", "gen_random_uuid()", 1.0),
 ]
 SETOF_LABEL = "segment_nextval(tag, n), step 1,000"
+REFERENCE = "nextval, CACHE 1"
+
+
+def scalar_competitors(uuids, pgedge=None):
+    """BASE_SCALAR_COMPETITORS, pgEdge's snowflake ({label: call} from
+    pgedge_snowflake_setup, empty when not measured) after
+    snowflake_nextval()'s, and the UUIDs this server has."""
+    extra = [(label, call, 1.0) for label, call in (pgedge or {}).items()]
+    return with_after(BASE_SCALAR_COMPETITORS, "snowflake_js_nextval()", extra) + \
+        [(label, call, 1.0) for label, call in uuids.items()]
+
+
+def marginal_cells(costs, label):
+    """The median ns per ID and the × cheaper than nextval CACHE 1, as the
+    table prints them (publish.py's summary prints the same cells)."""
+    median = statistics.median(costs[label])
+    reference = statistics.median(costs[REFERENCE])
+    ratio = reference / median if median > 0 else float("inf")
+    return f"{median:.1f}", f"{ratio:.1f}×"
 
 
 def bench_command(quick, script="bench.py"):
@@ -107,21 +235,21 @@ def timed(conn, query):
     return time.perf_counter() - started
 
 
-def marginal_costs(cluster, n, rounds):
+def marginal_costs(cluster, competitors, n, rounds):
     """Per-ID cost over the bare query, ns: {label: [one figure per round]}."""
-    costs = {label: [] for label, _, _ in SCALAR_COMPETITORS}
+    costs = {label: [] for label, _, _ in competitors}
     costs[SETOF_LABEL] = []
     bare_ns = []
     snowflake_rates = []
     with cluster.connect("bench") as conn:
         # Each tag's first range (and the attached tag's connection to the
         # central server) is taken here, not in round 1.
-        for _, expr, _ in SCALAR_COMPETITORS:
+        for _, expr, _ in competitors:
             if expr.startswith("segment_nextval("):
                 conn.execute(f"SELECT {expr}").fetchall()
         bare = lambda count: timed(conn, f"SELECT count(*) FROM generate_series(1, {count})")
         for round_no in range(1, rounds + 1):
-            work = [(label, expr, share) for label, expr, share in SCALAR_COMPETITORS]
+            work = list(competitors)
             work.append((SETOF_LABEL, None, 1.0))
             random.shuffle(work)
             round_bare = [bare(n) / n]
@@ -147,14 +275,29 @@ def marginal_costs(cluster, n, rounds):
 # --------------------------------------------------------------------------
 # 2 and 3. pgbench
 
-INSERT_TABLES = {
+BASE_INSERT_TABLES = {
     "segment_nextval (step 1,000)": "bigint PRIMARY KEY DEFAULT segment_nextval('insert')",
     "snowflake_nextval()": "bigint PRIMARY KEY DEFAULT snowflake_nextval()",
     "bigserial": "bigserial PRIMARY KEY",
     "identity": "bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY",
-    "uuid (gen_random_uuid())": "uuid PRIMARY KEY DEFAULT gen_random_uuid()",
 }
 CLIENTS = [1, 2, 8, 32]
+
+
+def insert_tables(uuids, pgedge=None):
+    """{label: the id column} of the INSERT part: the integer keys (pgEdge's
+    snowflake after snowflake_nextval(), when measured) and the UUIDs this
+    server has."""
+    keys = with_after(BASE_INSERT_TABLES, PGEDGE_SNOWFLAKE_AFTER,
+                      {label: f"bigint PRIMARY KEY DEFAULT {call}" for label, call in (pgedge or {}).items()})
+    return {**keys, **{label: f"uuid PRIMARY KEY DEFAULT {call}" for label, call in uuids.items()}}
+
+
+def insert_cells(inserts, label):
+    """TPS at 8 clients and its ratio to bigserial's, as the table prints
+    them (publish.py's summary prints the same cells)."""
+    tps = inserts[label]["8"]["tps"]
+    return f"{tps:,.0f}", f"{tps / inserts['bigserial']['8']['tps']:.2f}×"
 PERCENTILES = [50, 99, 99.9, 99.99]
 
 
@@ -192,10 +335,10 @@ def percentiles(latencies_us):
     return {str(p): pick(p) for p in PERCENTILES}
 
 
-def insert_throughput(cluster, seconds, workdir):
-    results = {label: {} for label in INSERT_TABLES}
+def insert_throughput(cluster, tables, seconds, workdir):
+    results = {label: {} for label in tables}
     for clients in CLIENTS:
-        order = list(INSERT_TABLES)
+        order = list(tables)
         random.shuffle(order)
         for label in order:
             table = table_name(label)
@@ -279,15 +422,31 @@ def ceiling():
 # Output
 
 def describe_machine(cluster, dbname="bench"):
+    """The machine, the versions and the run (run_identity): what header()
+    prints."""
     cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
                platform.processor())
     (pg_version,), = cluster.sql("SELECT version()", dbname=dbname)[0:1]
+    (version_num,), = cluster.sql("SELECT current_setting('server_version_num')::int", dbname=dbname)[0:1]
     rustc = subprocess.run(["rustc", "--version"], capture_output=True, text=True).stdout.strip()
-    commit = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"],
-                            capture_output=True, text=True).stdout.strip()
+    date, commit = run_identity()
     return {"cpu": cpu, "cores": os.cpu_count(), "memory_gb": round(os.sysconf("SC_PAGE_SIZE") *
-            os.sysconf("SC_PHYS_PAGES") / 2**30), "postgres": pg_version.split(" on ")[0], "rustc": rustc,
-            "commit": commit, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+            os.sysconf("SC_PHYS_PAGES") / 2**30), "postgres": pg_version.split(" on ")[0],
+            "postgres_major": version_num // 10000, "rustc": rustc, "commit": commit, "date": date}
+
+
+def header(machine, command, mode):
+    """The first line of every table of a run, the same in all of them:
+    when the run started, the commit, the command, the machine and the
+    versions (tests/integration/test_bench_blocks.py checks it)."""
+    m = machine
+    return (f"Measured {m['date']} at commit `{m['commit']}` with `{command}` ({mode} mode): "
+            f"{m['cores']} cores ({m['cpu']}), {m['memory_gb']} GB, {m['postgres']}, {m['rustc']}.")
+
+
+def run_label(machine):
+    """The run, in a corner of every plot."""
+    return f"{machine['date']}, commit {machine['commit']}, {machine['postgres'].split(' (')[0]}"
 
 
 def spread(values):
@@ -295,10 +454,8 @@ def spread(values):
 
 
 def markdown(results, mode):
-    m = results["machine"]
     lines = [
-        f"Measured {m['date']} at commit `{m['commit']}` with `{results['command']}` ({mode} mode): "
-        f"{m['cores']} cores ({m['cpu']}), {m['memory_gb']} GB, {m['postgres']}, {m['rustc']}.",
+        header(results["machine"], results["command"], mode),
         "",
         f"**Marginal cost per ID in one backend** (N = {results['n']:,}, {results['rounds']} interleaved rounds; "
         f"bare query {statistics.median(results['bare_ns']):.0f} ns per row):",
@@ -307,11 +464,9 @@ def markdown(results, mode):
         "|---|---:|---:|---:|",
     ]
     costs = results["marginal_ns"]
-    reference = statistics.median(costs["nextval, CACHE 1"])
     for label, values in costs.items():
-        median = statistics.median(values)
-        ratio = reference / median if median > 0 else float("inf")
-        lines.append(f"| {label} | {median:.1f} | {spread(values)} | {ratio:.1f}× |")
+        median, ratio = marginal_cells(costs, label)
+        lines.append(f"| {label} | {median} | {spread(values)} | {ratio} |")
     rates = results["snowflake_ids_per_second"]
     local, remote = (statistics.median(costs[k]) for k in (LOCAL_TWIN, REMOTE_LABEL))
     bare = statistics.median(results["bare_ns"])
@@ -331,6 +486,10 @@ def markdown(results, mode):
         "4.096 M/s; above it, time runs ahead of the clock within `pg_idgen.snowflake_max_lead`). "
         "snowflake_js_nextval() is capped by its layout at 256,000 IDs/s.",
         "",
+    ]
+    if results.get("pgedge_snowflake"):
+        lines += [pgedge_snowflake_note(results["pgedge_snowflake"]), ""]
+    lines += [
         "**INSERT throughput** (pgbench, `INSERT INTO t (payload) VALUES (...)`, "
         f"{results['insert_seconds']} s per run, `synchronous_commit = off`):",
         "",
@@ -342,9 +501,9 @@ def markdown(results, mode):
     for label, by_clients in inserts.items():
         tps = " | ".join(f"{by_clients[str(c)]['tps']:,.0f}" for c in CLIENTS)
         p = by_clients["8"]["latency_ms"]
-        ratio = by_clients["8"]["tps"] / inserts["bigserial"]["8"]["tps"]
+        _, ratio = insert_cells(inserts, label)
         lines.append(f"| {label} | {tps} | {p['50']:.3f} / {p['99']:.3f} / {p['99.9']:.3f} / {p['99.99']:.3f} "
-                     f"| {ratio:.2f}× |")
+                     f"| {ratio} |")
     lines += [
         "",
         f"**The refill in the tail** (`SELECT f()` at 8 clients, {results['tail_seconds']} s each):",
@@ -414,6 +573,7 @@ def plots(results, out):
     ax.set_title("INSERT throughput by key generator")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
+    fig.text(0.995, 0.005, run_label(results["machine"]), ha="right", va="bottom", fontsize=6, color="gray")
     fig.tight_layout()
     fig.savefig(os.path.join(out, "tps.png"), dpi=110)
     plt.close(fig)
@@ -430,6 +590,7 @@ def plots(results, out):
         ax.set_title(title)
         ax.grid(alpha=0.3, axis="y")
         ax.legend(fontsize=8)
+        fig.text(0.995, 0.005, run_label(results["machine"]), ha="right", va="bottom", fontsize=6, color="gray")
         fig.tight_layout()
         fig.savefig(os.path.join(out, filename), dpi=110)
         plt.close(fig)
@@ -440,29 +601,15 @@ def plots(results, out):
                     "SELECT f() latency at 8 clients: the refill in the tail", "tail.png")
 
 
-def update_readme(table, marker="bench"):
-    """Replaces what stands between the README's <!-- MARKER:start --> and
-    <!-- MARKER:end -->."""
-    path = os.path.join(REPO, "README.md")
-    text = open(path).read()
-    start, end = f"<!-- {marker}:start -->", f"<!-- {marker}:end -->"
-    if start not in text or end not in text:
-        raise SystemExit(f"README.md has no {start} ... {end} markers")
-    head, rest = text.split(start, 1)
-    _, tail = rest.split(end, 1)
-    with open(path, "w") as f:
-        f.write(head + start + "\n" + table + end + tail)
-
-
 def parse_run_args(doc, quick_help, temp_prefix):
-    """The command line every benchmark script takes: --quick, --out and
-    --update-readme. Returns the arguments, the mode ("quick" or "full")
-    and the directory results go to (made if need be): tests/bench/results
-    for a full run, a temporary one for a quick run unless --out says."""
+    """The command line every benchmark script takes: --quick and --out.
+    Returns the arguments, the mode ("quick" or "full") and the directory
+    results go to (made if need be): tests/bench/results for a full run, a
+    temporary one for a quick run unless --out says. (No script writes the
+    docs itself: publish.py does, from one whole run of bench.sh.)"""
     parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help=quick_help)
     parser.add_argument("--out", default=None, help="where results go (default: tests/bench/results)")
-    parser.add_argument("--update-readme", action="store_true", help="put the new tables into README.md")
     args = parser.parse_args()
     mode = "quick" if args.quick else "full"
     out = args.out or (os.path.join(HERE, "results") if mode == "full" else tempfile.mkdtemp(prefix=temp_prefix))
@@ -475,8 +622,10 @@ def main():
     settings = MODES[mode]
     random.seed(20261130)
 
+    pgedge = pgedge_snowflake()
     cluster = Cluster(conf=["shared_buffers = '512MB'", "synchronous_commit = off", "max_wal_size = '8GB'",
-                            "checkpoint_timeout = '30min'", "max_connections = 100"], name="pg_idgen-bench.")
+                            "checkpoint_timeout = '30min'", "max_connections = 100",
+                            *pgedge_snowflake_conf(pgedge)], name="pg_idgen-bench.")
     central = Cluster(name="pg_idgen-bench-central.")
     workdir = tempfile.mkdtemp(prefix="pg_idgen-bench-work.")
     os.chmod(workdir, 0o777)
@@ -486,26 +635,30 @@ def main():
         cluster.sql("CREATE EXTENSION pg_idgen")
         central.start()
         cluster.sql("CREATE DATABASE bench")
+        uuids = uuid_generators(cluster)
+        pgedge_calls = pgedge_snowflake_setup(cluster, pgedge)
+        competitors, tables = scalar_competitors(uuids, pgedge_calls), insert_tables(uuids, pgedge_calls)
         setup = ["CREATE EXTENSION pg_idgen", "CREATE EXTENSION idgen_floor",
                  "CREATE SEQUENCE seq_cache1", "CREATE SEQUENCE seq_cache100 CACHE 100"]
         for tag, step in [("step100", 100), ("step1000", 1000), ("step100000", 100000), ("insert", 1000),
                           ("tail100", 100), ("tail100000", 100000)]:
             setup.append(f"SELECT segment_create('{tag}', step => {step})")
-        for label, column in INSERT_TABLES.items():
+        for label, column in tables.items():
             setup.append(f"CREATE TABLE {table_name(label)} (id {column}, payload text NOT NULL)")
         for statement in setup:
             cluster.sql(statement, dbname="bench")
         attach_central(cluster, central)
         progress(f"{mode} run; cluster in {cluster.dir}; results to {out}")
 
-        results = {"command": bench_command(args.quick),
+        results = {"command": bench_command(args.quick), "mode": mode,
                    "n": settings["n"], "rounds": settings["rounds"],
-                   "insert_seconds": settings["insert_seconds"], "tail_seconds": settings["tail_seconds"]}
+                   "insert_seconds": settings["insert_seconds"], "tail_seconds": settings["tail_seconds"],
+                   "uuids": uuids, "pgedge_snowflake": pgedge}
         results["machine"] = describe_machine(cluster)
         results["ceiling"] = ceiling()
-        costs, bare_ns, rates = marginal_costs(cluster, settings["n"], settings["rounds"])
+        costs, bare_ns, rates = marginal_costs(cluster, competitors, settings["n"], settings["rounds"])
         results.update(marginal_ns=costs, bare_ns=bare_ns, snowflake_ids_per_second=rates)
-        results["insert"] = insert_throughput(cluster, settings["insert_seconds"], workdir)
+        results["insert"] = insert_throughput(cluster, tables, settings["insert_seconds"], workdir)
         results["tail"], results["tail_waits"] = refill_tail(cluster, settings["tail_seconds"], workdir)
         results["pause_ms"] = first_insert_after_pause(cluster, settings["pause_rounds"])
     finally:
@@ -522,9 +675,6 @@ def main():
     print()
     print(table)
     progress(f"wrote {out}/bench.md, bench.json, tps.png, latency.png, tail.png")
-    if args.update_readme:
-        update_readme(table)
-        progress("README.md updated")
 
 
 if __name__ == "__main__":

@@ -1,13 +1,16 @@
 """pg_idgen's benchmark, part three: bulk loads, and IDs from a client.
 
-  python tests/bench/bulk.py [--quick] [--out DIR] [--update-readme]
+  python tests/bench/bulk.py [--quick] [--out DIR]
 
 1. Bulk loads: ROWS rows into `t (id <key>, payload text)`, by one
    `INSERT INTO t (payload) SELECT ... FROM generate_series(1, ROWS)` and by
    one `COPY t (payload) FROM STDIN`, for each key: `DEFAULT
    segment_nextval('bulk')` (step 1,000), `DEFAULT snowflake_nextval()`,
-   bigserial, identity and `DEFAULT gen_random_uuid()`. Each load runs into
-   a table just truncated and checkpointed; time per row is the whole
+   bigserial, identity, `DEFAULT gen_random_uuid()` (UUIDv4) and, where
+   the server has it (PostgreSQL 18 and later), `DEFAULT uuidv7()`, and
+   pgEdge's snowflake (`DEFAULT snowflake.nextval()`) when bash
+   tests/bench.sh --pgedge-snowflake DIR built it for this run. Each load
+   runs into a table just truncated and checkpointed; time per row is the whole
    statement's, commit included, divided by ROWS, and each key is compared
    with bigserial's time in the same run.
 2. From a client: IDs per second that one psycopg connection over the Unix
@@ -19,9 +22,9 @@
 
 Every competitor runs once per round, in a shuffled order, and the tables
 give the median over the rounds (and the spread), so a noisy machine hits
-all alike. Writes bulk.md, bulk.json and bulk.png to --out;
---update-readme replaces the README's <!-- bench-bulk:start --> ...
-<!-- bench-bulk:end --> block.
+all alike. Writes bulk.md, bulk.json and bulk.png to --out (the docs'
+<!-- bench-bulk:start --> block is put in by publish.py, from a whole run of
+bash tests/bench.sh --update-docs).
 """
 
 import json
@@ -32,7 +35,9 @@ import sys
 import time
 
 # bench.py puts tests/lib on the path: import it first.
-from bench import REPO, bench_command, describe_machine, parse_run_args, progress, update_readme
+from bench import (PGEDGE_SNOWFLAKE_AFTER, REPO, bench_command, describe_machine, header, parse_run_args,
+                   pgedge_snowflake, pgedge_snowflake_conf, pgedge_snowflake_note, pgedge_snowflake_setup,
+                   progress, run_label, uuid_generators, with_after)
 from cluster import Cluster
 
 sys.path.insert(0, os.path.join(REPO, "examples"))
@@ -46,12 +51,11 @@ MODES = {
                   round_trips=5_000, batch_ids=200_000, pool_ids=300_000),
 }
 
-KEYS = {
+BASE_KEYS = {
     "segment_nextval (step 1,000)": "bigint PRIMARY KEY DEFAULT segment_nextval('bulk')",
     "snowflake_nextval()": "bigint PRIMARY KEY DEFAULT snowflake_nextval()",
     "bigserial": "bigserial PRIMARY KEY",
     "identity": "bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY",
-    "gen_random_uuid()": "uuid PRIMARY KEY DEFAULT gen_random_uuid()",
 }
 BASELINE = "bigserial"
 METHODS = ["INSERT ... SELECT", "COPY FROM STDIN"]
@@ -63,6 +67,22 @@ BATCH = "segment_nextval(tag, 1000) per round trip"
 POOL = "segment_reserve(tag, 10000) through examples/id_pool.py"
 SEQ = "one nextval(seq) per round trip (reference)"
 CLIENT_METHODS = [ONE, BATCH, POOL, SEQ]
+
+
+def keys(uuids, pgedge=None):
+    """{label: the id column}: the integer keys (pgEdge's snowflake after
+    snowflake_nextval(), when measured: bench.pgedge_snowflake_setup) and
+    the UUIDs this server has (bench.uuid_generators)."""
+    integers = with_after(BASE_KEYS, PGEDGE_SNOWFLAKE_AFTER,
+                          {label: f"bigint PRIMARY KEY DEFAULT {call}" for label, call in (pgedge or {}).items()})
+    return {**integers, **{label: f"uuid PRIMARY KEY DEFAULT {call}" for label, call in uuids.items()}}
+
+
+def bulk_cells(bulk_ns, label, method="INSERT ... SELECT"):
+    """A key's median ns per row and its ratio to bigserial's, as the table
+    prints them (publish.py's summary prints the same cells)."""
+    median = statistics.median(bulk_ns[label][method])
+    return f"{median:,.0f}", f"{median / statistics.median(bulk_ns[BASELINE][method]):.2f}×"
 
 
 def table_name(label):
@@ -95,11 +115,11 @@ def load(cluster, label, method, rows):
     return seconds
 
 
-def bulk_loads(cluster, rows, rounds):
+def bulk_loads(cluster, labels, rows, rounds):
     """ns per row: {label: {method: [one figure per round]}}."""
-    ns = {label: {method: [] for method in METHODS} for label in KEYS}
+    ns = {label: {method: [] for method in METHODS} for label in labels}
     for round_no in range(1, rounds + 1):
-        work = [(label, method) for label in KEYS for method in METHODS]
+        work = [(label, method) for label in labels for method in METHODS]
         random.shuffle(work)
         for label, method in work:
             per_row = load(cluster, label, method, rows) / rows * 1e9
@@ -162,11 +182,9 @@ def summary(results):
 
 
 def markdown(results, mode):
-    m = results["machine"]
     bulk, client = summary(results)
     lines = [
-        f"Measured {m['date']} at commit `{m['commit']}` with `{results['command']}` ({mode} mode): "
-        f"{m['cores']} cores ({m['cpu']}), {m['memory_gb']} GB, {m['postgres']}.",
+        header(results["machine"], results["command"], mode),
         "",
         f"**Bulk loads** (`tests/bench/bulk.py`): {results['rows']:,} rows in one statement into "
         "`t (id <key>, payload text)`, the table truncated and checkpointed before each load; time per "
@@ -177,13 +195,15 @@ def markdown(results, mode):
         "| × bigserial |",
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
-    for label in KEYS:
+    for label in results["bulk_ns"]:
         cells = []
         for method in METHODS:
             v = results["bulk_ns"][label][method]
-            cells += [f"{bulk[label][method]:,.0f}", f"{min(v):,.0f} – {max(v):,.0f}",
-                      f"{bulk[label][method] / bulk[BASELINE][method]:.2f}×"]
+            median, ratio = bulk_cells(results["bulk_ns"], label, method)
+            cells += [median, f"{min(v):,.0f} – {max(v):,.0f}", ratio]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    if results.get("pgedge_snowflake"):
+        lines += ["", pgedge_snowflake_note(results["pgedge_snowflake"])]
     lines += [
         "",
         f"**IDs from a client** (one psycopg connection over the Unix socket, median of "
@@ -213,14 +233,18 @@ def plot(results, out):
     import matplotlib.pyplot as plt
 
     bulk, client = summary(results)
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.8), gridspec_kw={"width_ratios": [3, 2]})
-    labels = list(KEYS)
+    labels = list(results["bulk_ns"])
+    # About 1.3 inches per key, so that their names (7 with uuidv7() and
+    # pgEdge's snowflake) do not run into each other.
+    left_width = 1.3 * len(labels)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(left_width + 5.2, 4.8),
+                                      gridspec_kw={"width_ratios": [left_width, 4.8]})
     width = 0.38
     for i, method in enumerate(METHODS):
         xs = [j + (i - 0.5) * width for j in range(len(labels))]
         bars = left.bar(xs, [bulk[label][method] for label in labels], width=width, label=method)
         left.bar_label(bars, fmt="%.0f", fontsize=7)
-    left.set_xticks(range(len(labels)), [label.replace(" (", "\n(") for label in labels], fontsize=8)
+    left.set_xticks(range(len(labels)), [label.replace(" (", "\n(") for label in labels], fontsize=7)
     left.set_ylabel("ns per row (median)")
     left.set_title(f"Bulk load of {results['rows']:,} rows by key")
     left.grid(alpha=0.3, axis="y")
@@ -236,6 +260,7 @@ def plot(results, out):
     right.set_ylabel("IDs per second, one connection (log scale)")
     right.set_title("IDs from a client")
     right.grid(alpha=0.3, axis="y")
+    fig.text(0.995, 0.005, run_label(results["machine"]), ha="right", va="bottom", fontsize=6, color="gray")
     fig.tight_layout()
     fig.savefig(os.path.join(out, "bulk.png"), dpi=110)
     plt.close(fig)
@@ -246,24 +271,29 @@ def main():
     settings = MODES[mode]
     random.seed(20261201)
 
-    cluster = Cluster(conf=["shared_buffers = '512MB'", "max_wal_size = '8GB'", "checkpoint_timeout = '30min'"],
+    pgedge = pgedge_snowflake()
+    cluster = Cluster(conf=["shared_buffers = '512MB'", "max_wal_size = '8GB'", "checkpoint_timeout = '30min'",
+                            *pgedge_snowflake_conf(pgedge)],
                       name="pg_idgen-bench-bulk.")
     try:
         cluster.start()
         # pg_idgen.snowflake_database: where the snowflake mark is WAL-logged.
         cluster.sql("CREATE EXTENSION pg_idgen")
         cluster.sql("CREATE DATABASE bench")
+        uuids = uuid_generators(cluster)
+        key_columns = keys(uuids, pgedge_snowflake_setup(cluster, pgedge))
         setup = ["CREATE EXTENSION pg_idgen", "CREATE SEQUENCE client_seq"]
         for tag in ("bulk", "client_one", "client_batch", "client_pool"):
             setup.append(f"SELECT segment_create('{tag}', step => 1000)")
-        for label, column in KEYS.items():
+        for label, column in key_columns.items():
             setup.append(f"CREATE TABLE {table_name(label)} (id {column}, payload text NOT NULL)")
         for statement in setup:
             cluster.sql(statement, dbname="bench")
         progress(f"{mode} run; cluster in {cluster.dir}; results to {out}")
-        results = {"command": bench_command(args.quick, "bulk.py"), **settings}
+        results = {"command": bench_command(args.quick, "bulk.py"), "mode": mode, **settings, "uuids": uuids,
+                   "pgedge_snowflake": pgedge}
         results["machine"] = describe_machine(cluster)
-        results["bulk_ns"] = bulk_loads(cluster, settings["rows"], settings["bulk_rounds"])
+        results["bulk_ns"] = bulk_loads(cluster, list(key_columns), settings["rows"], settings["bulk_rounds"])
         results["client_ids_per_second"] = client_rates(cluster, settings)
     finally:
         cluster.destroy()
@@ -277,9 +307,6 @@ def main():
     print()
     print(table)
     progress(f"wrote {out}/bulk.md, bulk.json, bulk.png")
-    if args.update_readme:
-        update_readme(table, marker="bench-bulk")
-        progress("README.md updated")
 
 
 if __name__ == "__main__":

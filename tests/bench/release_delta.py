@@ -4,7 +4,7 @@ per ID of snowflake_nextval() and segment_nextval() in 0.2.0 (commit
 and in this tree, on two throwaway clusters of the same PostgreSQL, rounds
 interleaved in a shuffled order.
 
-  python tests/bench/release_delta.py [--quick] [--out DIR] [--update-readme]
+  python tests/bench/release_delta.py [--quick] [--out DIR]
 
 Two servers cannot load two libraries of one name from one installation, so
 each side gets a copy of the relocatable PostgreSQL's tree (16, 17 or 18;
@@ -12,9 +12,11 @@ PG_BIN names it) with its own pg_idgen.so. The cost is measured as in
 bench.py — `SELECT count(f()) FROM generate_series(1, N)` less the bare
 query, divided by N — but in the backend's CPU time (/proc/PID/schedstat),
 not wall time: the difference sought is a few ns per ID, and on a shared
-2-core machine wall time swings by tens. Writes release_delta.md and release_delta.json to
---out; --update-readme puts the table into the README (marker
-bench-release)."""
+2-core machine wall time swings by tens. Writes release_delta.md and
+release_delta.json to --out (the docs' <!-- bench-release:start --> block is
+put in by publish.py, from a whole run of bash tests/bench.sh --update-docs
+with --pg 16, 17 or 18; a run on 15, Debian's PostgreSQL, which cannot be
+copied, writes that block as not measured)."""
 
 import json
 import os
@@ -24,7 +26,7 @@ import statistics
 import subprocess
 import tempfile
 
-from bench import PG_BIN, bench_command, describe_machine, parse_run_args, progress, spread, update_readme
+from bench import PG_BIN, bench_command, describe_machine, header, parse_run_args, progress, spread
 from cluster import Cluster
 from releases import RELEASES, build_release, pg_config_value
 
@@ -98,7 +100,6 @@ def main():
                 seconds = cpu_timed(conn, pid, f"SELECT count({FUNCTIONS[label]}) FROM generate_series(1, {n})")
                 bare = (bare + cpu_timed(conn, pid, f"SELECT count(*) FROM generate_series(1, {n})")) / 2
                 costs[side][label].append((seconds - bare) / n * 1e9)
-                pass
         # Whether calls waited for the keeper's mark (a WAL commit since
         # 0.3.0) or for the clock, on the whole run.
         waits = {side: dict(zip(("persist_waits", "lead_waits"), conn.execute(
@@ -106,7 +107,7 @@ def main():
             for side, conn in conns.items()}
         for conn in conns.values():
             conn.close()
-        results = {"waits": waits, "command": bench_command(args.quick, "release_delta.py"), "n": n,
+        results = {"waits": waits, "command": bench_command(args.quick, "release_delta.py"), "mode": mode, "n": n,
                    "rounds": settings["rounds"], "before": BEFORE, "commit_before": RELEASES[BEFORE],
                    "machine": describe_machine(clusters["this tree"], dbname="postgres"), "marginal_ns": costs}
     finally:
@@ -114,21 +115,22 @@ def main():
             cluster.destroy()
         shutil.rmtree(work, ignore_errors=True)
 
-    table = markdown(results)
+    table = markdown(results, mode)
     with open(os.path.join(out, "release_delta.json"), "w") as f:
         json.dump(results, f, indent=2)
     with open(os.path.join(out, "release_delta.md"), "w") as f:
         f.write(table)
     print()
     print(table)
-    if args.update_readme and mode == "full":
-        update_readme(table, marker="bench-release")
+    progress(f"wrote {out}/release_delta.md, release_delta.json")
 
 
-def markdown(results):
-    m, before = results["machine"], results["before"]
-    lines = [f"{m['postgres']}, {m['cpu']}, {m['cores']} cores; commit {m['commit']} against {before} "
-             f"(commit {results['commit_before']}), {m['date']}; `{results['command']}`; "
+def markdown(results, mode):
+    before = results["before"]
+    lines = [header(results["machine"], results["command"], mode),
+             "",
+             f"**This tree against {before}** (`tests/bench/release_delta.py`, commit {results['commit_before']}, "
+             f"built with the release profile; two copies of the same PostgreSQL): marginal cost per ID, "
              f"N = {results['n']:,}, backend CPU time, median (and range) of {results['rounds']} interleaved rounds.",
              "",
              f"| per ID, over the bare query | {before} | this tree | this tree / {before} |",

@@ -1,6 +1,6 @@
 """pg_idgen's benchmark, part two: tags attached to a slow central server.
 
-  python tests/bench/remote.py [--quick] [--out DIR] [--update-readme]
+  python tests/bench/remote.py [--quick] [--out DIR]
 
 One central cluster whose id_segment answers every refill 5 ms late (a
 BEFORE UPDATE trigger running pg_sleep(0.005)); two shards, each a
@@ -17,8 +17,9 @@ counts the same updates from the other side.
 It reports numbers and asserts nothing: on a busy machine the rates vary
 from run to run, and so may the waits.
 
-Writes remote.md and remote.json to --out; --update-readme replaces the
-README's <!-- bench-remote:start --> ... <!-- bench-remote:end --> block.
+Writes remote.md and remote.json to --out (the docs' <!-- bench-remote:start
+--> block is put in by publish.py, from a whole run of bash tests/bench.sh
+--update-docs).
 """
 
 import json
@@ -27,7 +28,7 @@ import threading
 import time
 
 # bench.py puts tests/lib on the path: import it first.
-from bench import bench_command, describe_machine, parse_run_args, progress, update_readme
+from bench import bench_command, describe_machine, header, parse_run_args, progress
 from cluster import Cluster
 
 
@@ -178,8 +179,7 @@ def markdown(results, mode):
     central = results["central"]
     total_ids = sum(r["ids"] for r in shards)
     lines = [
-        f"Measured {m['date']} at commit `{m['commit']}` with `{results['command']}` ({mode} mode): "
-        f"{m['cores']} cores ({m['cpu']}), {m['memory_gb']} GB, {m['postgres']}.",
+        header(m, results["command"], mode),
         "",
         f"**Tags attached to a slow central server** (`tests/bench/remote.py`): the central server's "
         f"`id_segment` answers every refill {DELAY_S * 1000:.0f} ms late (a `BEFORE UPDATE` trigger running "
@@ -230,7 +230,7 @@ def main():
         setup(central, shards)
         progress(f"{mode} run; central server in {central.dir}, shards in "
                  + ", ".join(s.dir for s in shards))
-        results = {"command": bench_command(args.quick, "remote.py"), **settings,
+        results = {"command": bench_command(args.quick, "remote.py"), "mode": mode, **settings,
                    "shards_count": SHARDS, "sessions_per_shard": SESSIONS, "step": STEP,
                    "central_delay_ms": DELAY_S * 1000}
         results["machine"] = describe_machine(shards[0])
@@ -248,9 +248,6 @@ def main():
     print()
     print(table)
     progress(f"wrote {out}/remote.md, remote.json")
-    if args.update_readme:
-        update_readme(table, marker="bench-remote")
-        progress("README.md updated")
 
 
 if __name__ == "__main__":

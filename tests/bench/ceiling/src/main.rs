@@ -1,8 +1,9 @@
 //! Ops per second of pg_idgen's lock-free cores, outside PostgreSQL, with 1
 //! and 2 threads, beside a bare `AtomicU64::fetch_add` on one shared
-//! counter and the lock-based double buffer of Leaf and the seed's blog (a
-//! `parking_lot::Mutex` around the current and the next segment). Prints one
-//! line per measurement: `name threads ops_per_second`.
+//! counter and the lock-based double buffer of Meituan Leaf and the
+//! URL-shortener article (a `parking_lot::Mutex` around the current and the
+//! next segment). Prints one line per measurement: `name threads
+//! ops_per_second`.
 
 #![allow(dead_code)]
 
@@ -24,10 +25,11 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 const RUN: Duration = Duration::from_millis(700);
 
-/// The seeds' double buffer done with a lock, as Leaf and the blog do it: a
-/// `Mutex` guards the current segment and the one fetched ahead; each ID is
-/// one lock, one increment and one unlock. Segments come from a counter
-/// standing in for `id_segment` (no waiting: the ceiling of the design).
+/// The double buffer of Meituan Leaf and the URL-shortener article, done
+/// with a lock as they do it: a `Mutex` guards the current segment and the
+/// one fetched ahead; each ID is one lock, one increment and one unlock.
+/// Segments come from a counter standing in for `id_segment` (no waiting:
+/// the ceiling of the design).
 struct LockedDoubleBuffer {
     segments: parking_lot::Mutex<Segments>,
     max_id: AtomicU64,
@@ -67,7 +69,8 @@ impl LockedDoubleBuffer {
         }
         let id = s.next_id;
         s.next_id += 1;
-        // Past 80% of the segment: fetch the next one ahead (the seeds' mark).
+        // Past 80% of the segment: fetch the next one ahead (the mark Leaf and
+        // the URL-shortener article use).
         if s.ahead.is_none() && (s.end - s.next_id) * 5 < self.step {
             s.ahead = Some(self.fetch_segment());
         }
