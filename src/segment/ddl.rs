@@ -31,7 +31,7 @@ use super::created_here;
 use super::default_check::tag_uses;
 use super::distributor::{read_origin, record_position};
 use super::registry::registry_or_raise;
-use super::sql::{forget_resolved, note_last_of_tag};
+use super::sql::{forget_resolved, note_setval};
 use super::tag::{self, check_tag, current_table_oid, table_name};
 use crate::catalog::{my_database, quote_identifier, quote_literal, table_schema};
 use crate::errors::{required, IdgenError};
@@ -274,7 +274,7 @@ fn segment_setval(tag: Option<&str>, value: Option<i64>, fcinfo: pg_sys::Functio
     // slot; the next refill waits for this transaction.
     registry.free(my_database(), tag.as_bytes());
     forget_resolved(tag.as_bytes());
-    note_last_of_tag(tag.as_bytes(), value);
+    note_setval(tag.as_bytes(), value);
     value
 }
 

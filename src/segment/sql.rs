@@ -113,17 +113,101 @@ fn note_last(registry: &Registry, index: usize, generation: u64, id: i64) {
     }
 }
 
-/// Records `value` as `tag`'s last in this backend (an ID from no slot, or
-/// `segment_setval`).
-pub fn note_last_of_tag(tag: &[u8], value: i64) {
+/// Records `value` as `tag`'s last in this backend: an ID from no slot,
+/// which stays `segment_currval` whatever becomes of its transaction, as
+/// an ID `nextval` gave does. Returns what it replaced.
+pub fn note_last_of_tag(tag: &[u8], value: i64) -> Option<(i64, u64)> {
     let stamp = next_stamp();
-    LAST_BY_TAG.with(|map| map.borrow_mut().insert(tag.to_vec(), (value, stamp)));
+    LAST_BY_TAG.with(|map| map.borrow_mut().insert(tag.to_vec(), (value, stamp)))
+}
+
+/// An entry `segment_setval` made in the transaction in progress: the tag,
+/// what it replaced, and the subtransaction that made it.
+type SetvalUndo = (Vec<u8>, Option<(i64, u64)>, pg_sys::SubTransactionId);
+
+thread_local! {
+    /// `segment_setval`'s entries of the transaction in progress, oldest
+    /// first: a rollback (of the transaction, or of the subtransaction
+    /// that made one) puts back what each replaced, since the `UPDATE` it
+    /// is rolled back too. `setval` is not transactional, so a sequence's
+    /// `currval` keeps its value; this one is, so neither does it.
+    static SETVAL_UNDO: RefCell<Vec<SetvalUndo>> = const { RefCell::new(Vec::new()) };
+    static SETVAL_CALLBACKS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Records `value` as `tag`'s last in this backend for `segment_setval`,
+/// until the write it made is rolled back.
+pub fn note_setval(tag: &[u8], value: i64) {
+    if !SETVAL_CALLBACKS.with(|r| r.replace(true)) {
+        // SAFETY: registers process-lifetime callbacks once per backend.
+        unsafe {
+            pg_sys::RegisterXactCallback(Some(on_transaction_end), std::ptr::null_mut());
+            pg_sys::RegisterSubXactCallback(Some(on_subtransaction_abort), std::ptr::null_mut());
+        }
+    }
+    // SAFETY: a read of this backend's transaction state, in a transaction.
+    let subtransaction = unsafe { pg_sys::GetCurrentSubTransactionId() };
+    let replaced = note_last_of_tag(tag, value);
+    SETVAL_UNDO.with(|undo| {
+        undo.borrow_mut()
+            .push((tag.to_vec(), replaced, subtransaction))
+    });
+}
+
+/// Puts back, newest first, what the undone entries replaced.
+fn undo_setvals(undone: Vec<SetvalUndo>) {
+    LAST_BY_TAG.with(|map| {
+        let mut map = map.borrow_mut();
+        for (tag, replaced, _) in undone.into_iter().rev() {
+            match replaced {
+                Some(entry) => map.insert(tag, entry),
+                None => map.remove(&tag),
+            };
+        }
+    });
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn on_transaction_end(
+    event: pg_sys::XactEvent::Type,
+    _arg: *mut std::ffi::c_void,
+) {
+    use pg_sys::XactEvent::*;
+    match event {
+        XACT_EVENT_COMMIT | XACT_EVENT_PREPARE | XACT_EVENT_PARALLEL_COMMIT => {
+            SETVAL_UNDO.with(|undo| undo.borrow_mut().clear())
+        }
+        XACT_EVENT_ABORT | XACT_EVENT_PARALLEL_ABORT => {
+            undo_setvals(SETVAL_UNDO.with(|undo| std::mem::take(&mut *undo.borrow_mut())))
+        }
+        _ => {}
+    }
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn on_subtransaction_abort(
+    event: pg_sys::SubXactEvent::Type,
+    aborted: pg_sys::SubTransactionId,
+    _parent: pg_sys::SubTransactionId,
+    _arg: *mut std::ffi::c_void,
+) {
+    if event != pg_sys::SubXactEvent::SUBXACT_EVENT_ABORT_SUB {
+        return;
+    }
+    // The aborted subtransaction's entries and its children's: their ids
+    // are at least its own (later siblings do not exist yet).
+    let undone = SETVAL_UNDO.with(|undo| {
+        let mut undo = undo.borrow_mut();
+        let keep = undo.iter().take_while(|(_, _, s)| *s < aborted).count();
+        undo.split_off(keep)
+    });
+    undo_setvals(undone);
 }
 
 /// `segment_currval(tag)`: the last ID `segment_nextval` gave this session
-/// for `tag` (or the value of its `segment_setval`), as `currval` does for a
-/// sequence; 55000 if there is none. A slot freed since (its tag dropped or
-/// set) no longer counts.
+/// for `tag` (or the value of its `segment_setval`, unless that was rolled
+/// back), as `currval` does for a sequence; 55000 if there is none. A slot
+/// freed since (its tag dropped or set) no longer counts.
 #[pg_extern(volatile, parallel_unsafe)]
 fn segment_currval(tag: Option<&str>) -> i64 {
     let registry = registry_or_raise();
@@ -665,7 +749,9 @@ pub unsafe extern "C-unwind" fn segment_nextval_fast(
             site.generation = generation;
             note_last(registry, index, generation, id);
         }
-        None => note_last_of_tag(tag, id),
+        None => {
+            note_last_of_tag(tag, id);
+        }
     }
     site.tag_len = tag.len();
     site.tag[..tag.len()].copy_from_slice(tag);
@@ -786,7 +872,9 @@ impl Iterator for Batch {
         };
         match self.from_slot {
             true => note_last(self.registry, self.slot.0, self.slot.1, id),
-            false => note_last_of_tag(&self.tag, id),
+            false => {
+                note_last_of_tag(&self.tag, id);
+            }
         }
         Some(id)
     }

@@ -56,6 +56,27 @@ SELECT segment_setval('counter', 5000);
 SELECT segment_currval('counter') AS after_setval;
 SELECT segment_nextval('counter') > 5000 AS above_the_value, segment_currval('counter') > 5000 AS current_follows;
 SELECT max_id >= 5000 AS row_moved FROM id_segment WHERE biz_tag = 'counter';
+-- segment_setval is transactional, and so is the currval it sets: a
+-- rollback, of the transaction or of a savepoint, puts back the one before.
+SELECT segment_create('rolled', step => 100);
+BEGIN;
+SELECT segment_setval('rolled', 9000);
+SELECT segment_currval('rolled') AS in_its_transaction;
+ROLLBACK;
+SELECT segment_currval('rolled');
+\echo :LAST_ERROR_SQLSTATE
+SELECT segment_setval('rolled', 7000);
+BEGIN;
+SAVEPOINT s;
+SELECT segment_setval('rolled', 8000);
+ROLLBACK TO SAVEPOINT s;
+SELECT segment_currval('rolled') AS after_the_savepoint_rolled_back;
+SAVEPOINT t;
+SELECT segment_setval('rolled', 8500);
+RELEASE SAVEPOINT t;
+COMMIT;
+SELECT segment_currval('rolled') AS released_and_committed;
+SELECT segment_nextval('rolled') > 8500 AS next_above_it;
 SELECT segment_setval('counter', 10);
 \echo :LAST_ERROR_SQLSTATE
 SELECT segment_setval('counter', -1);
