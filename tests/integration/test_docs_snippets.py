@@ -32,6 +32,53 @@ MARK = re.compile(r"<!--\s*snippet:\s*(?P<what>error\s+(?P<sqlstate>[0-9A-Z]{5})
 ANY_MARK = re.compile(r"<!--\s*snippet:")
 
 
+# Fences the runner would not see as SQL: another spelling of the
+# language, a tilde fence, a fence in a block quote. Refused, so that SQL
+# cannot hide from the test by its fence.
+HIDDEN_SQL = re.compile(r"^[ \t>]*(```+|~~~+)[ \t]*(?!sql\b)(?i:sql|pgsql|psql|postgres\w*|plpgsql)\b"
+                        r"|^[ \t]*~~~|^[ \t]*>[ \t]*```|^[ \t]*````", re.M)
+
+
+def statements_in(sql):
+    """How many statements psql would send for `sql`: semicolons outside
+    quotes, dollar quotes and comments, plus a last one not ended by one."""
+    count, i, n, pending = 0, 0, len(sql), False
+    while i < n:
+        c = sql[i]
+        if sql.startswith("--", i):
+            i = sql.find("\n", i)
+            i = n if i < 0 else i
+            continue
+        if sql.startswith("/*", i):
+            end = sql.find("*/", i + 2)
+            i = n if end < 0 else end + 2
+            continue
+        if c in "'\"":
+            end = i + 1
+            while end < n and not (sql[end] == c and not sql.startswith(c * 2, end)):
+                end += 2 if sql.startswith(c * 2, end) else 1
+            i, pending = end + 1, True
+            continue
+        m = re.match(r"\$([A-Za-z_][A-Za-z_0-9]*)?\$", sql[i:])
+        if m:
+            end = sql.find(m.group(0), i + len(m.group(0)))
+            i, pending = (n if end < 0 else end + len(m.group(0))), True
+            continue
+        if c == ";":
+            count, pending = count + 1, False
+        elif not c.isspace():
+            pending = True
+        i += 1
+    return count + (1 if pending else 0)
+
+
+def test_statements_are_counted_as_psql_splits_them():
+    assert statements_in("SELECT 1;") == 1
+    assert statements_in("SELECT 'a;b'; -- x;y\nSELECT $f$ ; $f$;") == 2
+    assert statements_in("SELECT 1; SELECT 1/0;") == 2
+    assert statements_in("SELECT \"a;\" /* ; */ FROM t") == 1
+
+
 class Block:
     def __init__(self, page, line, body, sqlstate=None, skip_reason=None):
         self.page, self.line, self.body = page, line, body
@@ -46,6 +93,11 @@ def blocks_of(page):
     stray mark, so a typo cannot silently skip a block."""
     with open(os.path.join(REPO, page), encoding="utf-8") as f:
         text = f.read()
+    hidden = HIDDEN_SQL.search(text)
+    if hidden:
+        line = text.count("\n", 0, hidden.start()) + 1
+        raise AssertionError(f"{page}:{line}: SQL in a fence the test does not run ({hidden.group(0).strip()}): "
+                             "fence it as ```sql at the start of a line or list item")
     blocks, marks_used = [], set()
     for m in FENCE.finditer(text):
         if m.group("lang") != "sql":
@@ -59,6 +111,9 @@ def blocks_of(page):
                                  "'error SQLSTATE' nor 'not run (reason)': {before}")
         if mark:
             marks_used.add(line - 1)
+        if mark and mark.group("sqlstate") and statements_in(body) != 1:
+            raise AssertionError(f"{page}:{line}: a block marked to fail must hold one statement, "
+                                 f"so that the error checked is the one meant; it holds {statements_in(body)}")
         blocks.append(Block(page, line, body,
                             sqlstate=mark and mark.group("sqlstate"),
                             skip_reason=mark and mark.group("why") and mark.group("why").strip()))
