@@ -449,6 +449,21 @@ def run_label(machine):
     return f"{machine['date']}, commit {machine['commit']}, {machine['postgres'].split(' (')[0]}"
 
 
+def write_results(out, part, results, table, plots=None, plot_names=""):
+    """What every part of the benchmark leaves in --out: PART.json (the
+    measurements), PART.md (its table), its plots if it has any; and the
+    table on the terminal."""
+    with open(os.path.join(out, f"{part}.json"), "w") as f:
+        json.dump(results, f, indent=2, default=str)
+    with open(os.path.join(out, f"{part}.md"), "w") as f:
+        f.write(table)
+    if plots:
+        plots()
+    print()
+    print(table)
+    progress(f"wrote {out}/{part}.md, {part}.json" + (f", {plot_names}" if plot_names else ""))
+
+
 def spread(values):
     return f"{min(values):.1f} – {max(values):.1f}"
 
@@ -666,15 +681,8 @@ def main():
         central.destroy()
         subprocess.run(["rm", "-rf", workdir])
 
-    table = markdown(results, mode)
-    with open(os.path.join(out, "bench.json"), "w") as f:
-        json.dump(results, f, indent=2)
-    with open(os.path.join(out, "bench.md"), "w") as f:
-        f.write(table)
-    plots(results, out)
-    print()
-    print(table)
-    progress(f"wrote {out}/bench.md, bench.json, tps.png, latency.png, tail.png")
+    write_results(out, "bench", results, markdown(results, mode), plots=lambda: plots(results, out),
+                  plot_names="tps.png, latency.png, tail.png")
 
 
 if __name__ == "__main__":

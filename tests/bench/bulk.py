@@ -27,7 +27,6 @@ all alike. Writes bulk.md, bulk.json and bulk.png to --out (the docs'
 bash tests/bench.sh --update-docs).
 """
 
-import json
 import os
 import random
 import statistics
@@ -37,7 +36,7 @@ import time
 # bench.py puts tests/lib on the path: import it first.
 from bench import (PGEDGE_SNOWFLAKE_AFTER, REPO, bench_command, describe_machine, header, parse_run_args,
                    pgedge_snowflake, pgedge_snowflake_conf, pgedge_snowflake_note, pgedge_snowflake_setup,
-                   progress, run_label, uuid_generators, with_after)
+                   progress, run_label, uuid_generators, with_after, write_results)
 from cluster import Cluster
 
 sys.path.insert(0, os.path.join(REPO, "examples"))
@@ -298,15 +297,8 @@ def main():
     finally:
         cluster.destroy()
 
-    table = markdown(results, mode)
-    with open(os.path.join(out, "bulk.json"), "w") as f:
-        json.dump(results, f, indent=2)
-    with open(os.path.join(out, "bulk.md"), "w") as f:
-        f.write(table)
-    plot(results, out)
-    print()
-    print(table)
-    progress(f"wrote {out}/bulk.md, bulk.json, bulk.png")
+    write_results(out, "bulk", results, markdown(results, mode), plots=lambda: plot(results, out),
+                  plot_names="bulk.png")
 
 
 if __name__ == "__main__":

@@ -16,13 +16,11 @@ counted. Writes fast_path.md and fast_path.json to --out (the docs'
 of bash tests/bench.sh --update-docs).
 """
 
-import json
-import os
 import statistics
 import time
 
 # bench.py puts tests/lib on the path: import it first.
-from bench import bench_command, describe_machine, header, parse_run_args, progress
+from bench import bench_command, describe_machine, header, parse_run_args, progress, write_results
 from cluster import Cluster
 
 MODES = {"full": dict(n=5_000_000, rounds=7), "quick": dict(n=300_000, rounds=2)}
@@ -110,14 +108,7 @@ def main():
         cluster.destroy()
 
     results["marginal_ns"] = marginal(results)
-    table = markdown(results, mode)
-    with open(os.path.join(out, "fast_path.json"), "w") as f:
-        json.dump(results, f, indent=2)
-    with open(os.path.join(out, "fast_path.md"), "w") as f:
-        f.write(table)
-    print()
-    print(table)
-    progress(f"wrote {out}/fast_path.md, fast_path.json")
+    write_results(out, "fast_path", results, markdown(results, mode))
 
 
 if __name__ == "__main__":

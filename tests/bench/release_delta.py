@@ -18,7 +18,6 @@ put in by publish.py, from a whole run of bash tests/bench.sh --update-docs
 with --pg 16, 17 or 18; a run on 15, Debian's PostgreSQL, which cannot be
 copied, writes that block as not measured)."""
 
-import json
 import os
 import random
 import shutil
@@ -26,7 +25,7 @@ import statistics
 import subprocess
 import tempfile
 
-from bench import PG_BIN, bench_command, describe_machine, header, parse_run_args, progress, spread
+from bench import PG_BIN, bench_command, describe_machine, header, parse_run_args, progress, spread, write_results
 from cluster import Cluster
 from releases import RELEASES, build_release, pg_config_value
 
@@ -115,14 +114,7 @@ def main():
             cluster.destroy()
         shutil.rmtree(work, ignore_errors=True)
 
-    table = markdown(results, mode)
-    with open(os.path.join(out, "release_delta.json"), "w") as f:
-        json.dump(results, f, indent=2)
-    with open(os.path.join(out, "release_delta.md"), "w") as f:
-        f.write(table)
-    print()
-    print(table)
-    progress(f"wrote {out}/release_delta.md, release_delta.json")
+    write_results(out, "release_delta", results, markdown(results, mode))
 
 
 def markdown(results, mode):

@@ -22,13 +22,11 @@ Writes remote.md and remote.json to --out (the docs' <!-- bench-remote:start
 --update-docs).
 """
 
-import json
-import os
 import threading
 import time
 
 # bench.py puts tests/lib on the path: import it first.
-from bench import bench_command, describe_machine, header, parse_run_args, progress
+from bench import bench_command, describe_machine, header, parse_run_args, progress, write_results
 from cluster import Cluster
 
 
@@ -240,14 +238,7 @@ def main():
         for cluster in [*shards, central]:
             cluster.destroy()
 
-    table = markdown(results, mode)
-    with open(os.path.join(out, "remote.json"), "w") as f:
-        json.dump(results, f, indent=2, default=str)
-    with open(os.path.join(out, "remote.md"), "w") as f:
-        f.write(table)
-    print()
-    print(table)
-    progress(f"wrote {out}/remote.md, remote.json")
+    write_results(out, "remote", results, markdown(results, mode))
 
 
 if __name__ == "__main__":
