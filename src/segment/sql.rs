@@ -129,14 +129,15 @@ thread_local! {
     /// `segment_setval`'s entries of the transaction in progress, oldest
     /// first: a rollback (of the transaction, or of the subtransaction
     /// that made one) puts back what each replaced, since the `UPDATE` it
-    /// is rolled back too. `setval` is not transactional, so a sequence's
-    /// `currval` keeps its value; this one is, so neither does it.
+    /// is rolled back too; so does `PREPARE TRANSACTION`, whose outcome is
+    /// no longer this session's. `setval` is not transactional, so a
+    /// sequence's `currval` keeps its value; this one is, so neither does it.
     static SETVAL_UNDO: RefCell<Vec<SetvalUndo>> = const { RefCell::new(Vec::new()) };
     static SETVAL_CALLBACKS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// Records `value` as `tag`'s last in this backend for `segment_setval`,
-/// until the write it made is rolled back.
+/// unless the write it made is rolled back (or prepared).
 pub fn note_setval(tag: &[u8], value: i64) {
     if !SETVAL_CALLBACKS.with(|r| r.replace(true)) {
         // SAFETY: registers process-lifetime callbacks once per backend.
@@ -174,10 +175,12 @@ unsafe extern "C-unwind" fn on_transaction_end(
 ) {
     use pg_sys::XactEvent::*;
     match event {
-        XACT_EVENT_COMMIT | XACT_EVENT_PREPARE | XACT_EVENT_PARALLEL_COMMIT => {
+        XACT_EVENT_COMMIT | XACT_EVENT_PARALLEL_COMMIT => {
             SETVAL_UNDO.with(|undo| undo.borrow_mut().clear())
         }
-        XACT_EVENT_ABORT | XACT_EVENT_PARALLEL_ABORT => {
+        // A prepared transaction may yet be rolled back, by anyone: until
+        // then its value is not this session's to report.
+        XACT_EVENT_PREPARE | XACT_EVENT_ABORT | XACT_EVENT_PARALLEL_ABORT => {
             undo_setvals(SETVAL_UNDO.with(|undo| std::mem::take(&mut *undo.borrow_mut())))
         }
         _ => {}
@@ -206,8 +209,8 @@ unsafe extern "C-unwind" fn on_subtransaction_abort(
 
 /// `segment_currval(tag)`: the last ID `segment_nextval` gave this session
 /// for `tag` (or the value of its `segment_setval`, unless that was rolled
-/// back), as `currval` does for a sequence; 55000 if there is none. A slot
-/// freed since (its tag dropped or set) no longer counts.
+/// back or prepared), as `currval` does for a sequence; 55000 if there is
+/// none. A slot freed since (its tag dropped or set) no longer counts.
 #[pg_extern(volatile, parallel_unsafe)]
 fn segment_currval(tag: Option<&str>) -> i64 {
     let registry = registry_or_raise();

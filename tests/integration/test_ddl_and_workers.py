@@ -756,6 +756,20 @@ def test_tag_dependencies_from_plpgsql_procedures_prepared_statements_cursors_an
         conn.execute("COMMIT PREPARED 'ddl'")
         assert c.sql("SELECT count(*) FROM pg_class WHERE relname = 'typo3'") == [(1,)]
 
+        # segment_setval in a prepared transaction: its currval is not
+        # reported while the transaction may still be rolled back, nor after.
+        conn.execute("SELECT segment_create('prepared', step => 10)")
+        conn.execute("BEGIN")
+        conn.execute("SELECT segment_setval('prepared', 5000)")
+        assert conn.execute("SELECT segment_currval('prepared')").fetchall() == [(5000,)]
+        conn.execute("PREPARE TRANSACTION 'setval'")
+        with pytest.raises(errors.ObjectNotInPrerequisiteState):
+            conn.execute("SELECT segment_currval('prepared')")
+        conn.execute("ROLLBACK PREPARED 'setval'")
+        with pytest.raises(errors.ObjectNotInPrerequisiteState):
+            conn.execute("SELECT segment_currval('prepared')")
+        assert conn.execute("SELECT segment_nextval('prepared')").fetchall() == [(1,)]
+
         # force => true through the prepared statement drops it.
         conn.execute("EXECUTE drop_tag('orders', true)")
         assert c.sql("SELECT count(*) FROM id_segment WHERE biz_tag = 'orders'") == [(0,)]
