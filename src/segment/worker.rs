@@ -249,8 +249,7 @@ unsafe extern "C-unwind" fn on_exit(_code: i32, arg: pg_sys::Datum) {
 }
 
 /// What the worker remembers between passes: each tag's demand (by slot
-/// index and generation), its failures, and the last error it logged for
-/// each slot.
+/// index and generation), its failures, and what it logged for each slot.
 #[derive(Default)]
 struct WorkerMemory {
     prefetchers: HashMap<(usize, u64), Prefetcher>,
@@ -258,9 +257,47 @@ struct WorkerMemory {
     /// `pg_idgen.remote_cache_ahead` of demand cached.
     remote: std::collections::HashSet<(usize, u64)>,
     backoff: HashMap<(usize, u64), Backoff>,
-    logged: HashMap<usize, String>,
+    logged: SlotLog,
+}
+
+/// What the worker logged for each slot (by index), so that a refill
+/// error is logged once while it lasts, and a short range once while it
+/// lasts and at most once a minute.
+#[derive(Default)]
+struct SlotLog {
+    /// The last message logged (an error's, or `SHORTENED_LOGGED`).
+    last: HashMap<usize, String>,
     /// When each slot's short ranges were last warned about.
-    shortened_warned: HashMap<usize, Instant>,
+    shortened_at: HashMap<usize, Instant>,
+}
+
+impl SlotLog {
+    /// Logs `error` unless it is what the slot last logged.
+    fn error_once(&mut self, index: usize, error: StoredError) {
+        if self.last.get(&index) != Some(&error.message) {
+            IdgenError::log(&error, PgLogLevel::LOG);
+            self.last.insert(index, error.message);
+        }
+    }
+
+    /// Warns about a short range, once while short ranges last and at most
+    /// once a minute, when full refills or errors come in between.
+    fn shortened(&mut self, index: usize, shortened: IdgenError) {
+        let recently = self
+            .shortened_at
+            .get(&index)
+            .is_some_and(|at| at.elapsed() < SHORTENED_WARNING_EVERY);
+        if self.last.get(&index).map(String::as_str) != Some(SHORTENED_LOGGED) && !recently {
+            self.shortened_at.insert(index, Instant::now());
+            IdgenError::log(&shortened.stored(), PgLogLevel::WARNING);
+            self.last.insert(index, SHORTENED_LOGGED.to_string());
+        }
+    }
+
+    /// A full refill, or a slot freed: what was logged no longer lasts.
+    fn clear(&mut self, index: usize) {
+        self.last.remove(&index);
+    }
 }
 
 /// A failing tag's retry schedule.
@@ -366,7 +403,7 @@ fn refill_pass(registry: &Registry, worker: WorkerKey, memory: &mut WorkerMemory
             worker.lane,
             steps,
             percent,
-            (&mut memory.logged, &mut memory.shortened_warned),
+            &mut memory.logged,
         ) {
             Refilled::Published { remote } => {
                 memory.backoff.remove(&key);
@@ -541,7 +578,7 @@ fn refill(
     lane: u32,
     steps: u64,
     percent: u32,
-    (logged, shortened_warned): (&mut HashMap<usize, String>, &mut HashMap<usize, Instant>),
+    logged: &mut SlotLog,
 ) -> Refilled {
     let attempt = Attempt {
         slot,
@@ -564,26 +601,17 @@ fn refill(
         RangeTake::Granted(granted) => match publish(registry, &attempt, &granted) {
             Publish::Done => {
                 if granted.len < granted.asked {
-                    // Once while it lasts, as an error is logged once — and
-                    // at most once a minute, when full refills of a step or
-                    // errors come in between.
-                    let recently = shortened_warned
-                        .get(&index)
-                        .is_some_and(|at| at.elapsed() < SHORTENED_WARNING_EVERY);
-                    if logged.get(&index).map(String::as_str) != Some(SHORTENED_LOGGED) && !recently
-                    {
-                        shortened_warned.insert(index, Instant::now());
-                        let shortened = IdgenError::RangeShortened {
+                    logged.shortened(
+                        index,
+                        IdgenError::RangeShortened {
                             tag: tag.to_string(),
                             asked: granted.asked,
                             granted: granted.len,
                             central: granted.remote,
-                        };
-                        IdgenError::log(&shortened.stored(), PgLogLevel::WARNING);
-                        logged.insert(index, SHORTENED_LOGGED.to_string());
-                    }
+                        },
+                    );
                 } else {
-                    logged.remove(&index);
+                    logged.clear(index);
                 }
                 slot.broadcast();
                 return Refilled::Published {
@@ -622,17 +650,14 @@ fn refill(
                 &refill_problem_report(&problem, tag),
             );
             registry.free_generation(index, generation);
-            logged.remove(&index);
+            logged.clear(index);
             return Refilled::Gone;
         }
         RangeTake::Problem(problem) => refill_problem_report(&problem, tag),
         RangeTake::Failed(error) => error,
     };
     store_error(registry, slot, generation, &error);
-    if logged.get(&index) != Some(&error.message) {
-        IdgenError::log(&error, PgLogLevel::LOG);
-        logged.insert(index, error.message);
-    }
+    logged.error_once(index, error);
     Refilled::Failed
 }
 
