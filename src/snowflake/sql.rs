@@ -29,7 +29,13 @@ fn refuse_during_recovery(function: &'static str) {
 }
 
 fn javascript(state: &'static Snowflake) -> &'static Generator {
-    if !state.javascript_ok.load(Ordering::Relaxed) {
+    // With a leased machine id and none held yet (or any more), the call
+    // waits for a lease like `snowflake_nextval()`, and says why there is
+    // none; only a held id that does not fit is refused here.
+    // The common call pays one relaxed load.
+    let fits_or_awaits_lease = state.javascript_ok.load(Ordering::Relaxed)
+        || (state.javascript.leased() && state.lease.machine.load(Ordering::Acquire) < 0);
+    if !fits_or_awaits_lease {
         IdgenError::SnowflakeMachineTooLarge {
             machine: state.main.machine(),
             machine_bits: state.javascript.layout().machine_bits,
