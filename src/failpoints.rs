@@ -19,7 +19,11 @@
 //! side, a link that froze there), `worker-before-publish` (after the
 //! refill committed, before the range is published to shared memory),
 //! `worker-before-give-back` (a worker told to stop has closed a tag's
-//! chain and not yet given its untaken IDs back to the row).
+//! chain and not yet given its untaken IDs back to the row),
+//! `lease-before-renew` (the lease keeper, a renewal due, before it sends
+//! it: its row's version stays as it is), `lease-after-read` (the lease
+//! keeper, looking for an id to claim, has read the table and noted each
+//! row's version, and decides nothing yet: it sees no later version).
 
 #[cfg(feature = "failpoints")]
 pub fn failpoint(name: &str) {

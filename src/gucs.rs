@@ -175,6 +175,8 @@ pub static LEASE_DATABASE: GucSetting<Option<CString>> =
     GucSetting::<Option<CString>>::new(Some(c"postgres"));
 pub static LEASE_TABLE: GucSetting<Option<CString>> =
     GucSetting::<Option<CString>>::new(Some(c"idgen_machine_lease"));
+pub static LEASE_CLOCK_TABLE: GucSetting<Option<CString>> =
+    GucSetting::<Option<CString>>::new(Some(c"idgen_lease_clock"));
 pub static LEASE_HOLDER: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
 pub static LEASE_DURATION_MS: GucSetting<i32> = GucSetting::<i32>::new(20_000);
 pub static LEASE_MARGIN_MS: GucSetting<i32> = GucSetting::<i32>::new(1_000);
@@ -201,6 +203,14 @@ pub fn register_snowflake(hooks: &CheckHooks) {
         c"With pg_idgen.machine_id = 'lease': the foreign table (in pg_idgen.lease_database) over the central idgen_machine_lease table.",
         c"A schema-qualified name or a name on the search_path of that database.",
         &LEASE_TABLE,
+        GucContext::Postmaster,
+        GucFlags::default(),
+    );
+    GucRegistry::define_string_guc(
+        c"pg_idgen.lease_clock_table",
+        c"With pg_idgen.machine_id = 'lease': the foreign table (in pg_idgen.lease_database, on the lease table's foreign server) over the central view idgen_lease_clock.",
+        c"Each claim and renewal reads the central server's clock through it, so that a lease table restored to an earlier state can never let a server start among the IDs of a holder the table forgot.",
+        &LEASE_CLOCK_TABLE,
         GucContext::Postmaster,
         GucFlags::default(),
     );

@@ -65,7 +65,10 @@
 //!    0 rows: the lease is lost — stop at once, and claim again.
 //! 5. **Give up** (`give_up_sql`) at a clean shutdown, after the generator
 //!    has stopped: the row becomes free, its floor the exact last time
-//!    issued, so a restart (or anyone) takes it at once without waiting.
+//!    issued, so a restart (or anyone) claims it at once without watching
+//!    it expire. It matches the row by this start's holder alone: a
+//!    renewal whose reply a fast shutdown cut off may have moved the
+//!    version, and no one else writes under this start's token.
 //!
 //! A reply is used only if it arrived before the deadline it grants
 //! (`reply_in_time`); a late one still updates the version, so the next
@@ -93,7 +96,7 @@
 //! GREATEST(floor_unix_ms, c)` with `c` the holder's wall clock when it sent
 //! the request plus `lease_ms - margin` plus its `max_lead`: the latest
 //! time it could give an ID before its deadline with a clock that runs
-//! true. The holder issues no ID whose time is above the ceiling its last
+//! true (or less: the restore fence below caps it). The holder issues no ID whose time is above the ceiling its last
 //! successful write returned (the glue caps the generator's persisted limit
 //! at it), so a clock stepping forward makes it wait, never overshoot. A
 //! claimer's CAS succeeds only on the version it read, so the floor it read
@@ -104,12 +107,48 @@
 //! sharing the table use one epoch and one set of bit widths, without
 //! which one machine id could give the same ID at two different times.
 //!
-//! The price: a successor whose clock is behind the old holder's, or a
-//! server restarting after a crash (its row's floor is its last ceiling, up
-//! to `lease_ms - margin + max_lead` ahead of the clock), issues nothing
-//! until its clock is within its `max_lead` of the floor. A clean shutdown
-//! gives the row up with the exact floor and costs nothing.
+//! The price: a successor whose clock is behind the old holder's issues
+//! nothing until its clock is within its `max_lead` of the floor.
 //!
+//! # The restore fence
+//!
+//! The argument above trusts the table to remember every write. A table
+//! that forgets — restored from a dump or a copy, its server failed over
+//! to a standby that lost commits, a row edited by hand — can show a row
+//! free, or at an older version with a lower floor, while its last holder
+//! is still issuing (it stops only when its next renewal's CAS fails). No
+//! marker in the table can warn a claimer that never read it before, so
+//! every claim fences by the one clock every server sharing the table
+//! reads: the central server's (`clock_sql`, a view of `clock_timestamp()`
+//! there; `postgres_fdw` never ships a volatile function, so the view must
+//! live on the central server). Each claim and renewal reads it in its own
+//! remote transaction, before the version CAS: `C`.
+//!
+//! * **A holder** records and keeps to a ceiling of at most `C +
+//!   usable + CENTRAL_CLOCK_SLACK_MS` (`LeaseSettings::ceiling_unix_ms`),
+//!   with `C` read before its write committed.
+//! * **A claimer** starts above `C + max(its duration, a held row's
+//!   lease_ms) + CENTRAL_CLOCK_SLACK_MS` (`fence_floor_unix_ms`), with `C`
+//!   read after the read that showed it the row — whatever the row looks
+//!   like: free, its own, or expired. An expired row gets no credit for
+//!   the time its version stood still: a restore can bring back the very
+//!   version a claimer watched, after renewals it never saw.
+//!
+//! Every write a claimer cannot see committed before it read the row (a
+//! lost write committed before the restore that lost it), so its holder's
+//! `C` is below the claimer's, and its ceiling below the claimer's floor
+//! as long as the central clock does not step back (a failover's standby
+//! included) and every server sharing the table has one
+//! `pg_idgen.lease_duration`. The keeper warns when it sees either broken
+//! (`CentralClock`, `LeaseWatch::other_durations`), and claims above the
+//! highest central time it has seen.
+//!
+//! The cost: the first ID after any claim — a first start, a clean
+//! restart, a takeover — waits until the claimer's clock plus its
+//! `max_lead` passes that floor, and the holder's ceiling is above it
+//! (`Held::wait_before_issuing_ms`): `duration + CENTRAL_CLOCK_SLACK_MS -
+//! max_lead` with clocks in step, and at least the first renewal.
+
 //! # What the glue must do
 //!
 //! * Read the monotonic clock (and the wall clock, for the ceiling) before
@@ -117,15 +156,18 @@
 //!   and the monotonic clock again after its COMMIT returns: through
 //!   `postgres_fdw` the remote transaction commits with the local one, and
 //!   `RETURNING` arrives before that.
+//! * Read the central clock (`clock_sql`) in that transaction, before the
+//!   CAS, through the lease table's own foreign server.
 //! * Through `postgres_fdw` each UPDATE runs as a remote `SELECT ... FOR
 //!   UPDATE` and an `UPDATE ... WHERE ctid`, in a REPEATABLE READ remote
 //!   transaction: a CAS that loses to a concurrent writer fails with
 //!   SQLSTATE 40001 (could not serialize access) instead of returning no
 //!   row. Both mean "lost": read again (claim), or the lease is lost
 //!   (renew). Tested against PostgreSQL 15, as are the statements.
-//! * Give the generator `Held`: no ID from `stop_at_mono_ms` on, or once a
-//!   renewal finds the lease lost; no time above `ceiling_unix_ms` (cap the
-//!   persisted limit at it); only times above `floor_unix_ms`.
+//! * Give the generator `Held` once `Held::wait_before_issuing_ms` says so:
+//!   no ID from `stop_at_mono_ms` on, or once a renewal finds the lease
+//!   lost; no time above `ceiling_unix_ms` (cap the persisted limit at
+//!   it); only times above `floor_unix_ms`.
 //! * Give up only after the generator has stopped for good.
 //! * Seed the rows `0 ..= leased_max_machine_id(layout)` before the first
 //!   claim, and again whenever a read finds fewer (rows deleted by hand).
@@ -197,17 +239,45 @@ pub fn renew_sql(table: &str) -> String {
     )
 }
 
-/// Gives a lease up: `$1` .. `$3` as in `renew_sql`, `$4` the floor to leave
-/// (int8, Unix ms, or NULL; `Held::give_up_floor_unix_ms`). Run it only
-/// after the generator has stopped for good. Returns the new version; no
-/// row: the lease was lost already, and the row keeps its higher floor.
+/// Gives a lease up: `$1` the machine id (int4), `$2` this start's holder
+/// (text), `$3` the floor to leave (int8, Unix ms, or NULL;
+/// `Held::give_up_floor_unix_ms`). Run it only after the generator has
+/// stopped for good. It matches on the holder, not the version: a renewal
+/// that committed while the shutdown cut its reply off moved the version
+/// this keeper knows, and only this start writes under its token (a
+/// holder's floor never goes below what it issued, so the exact floor is
+/// right whichever of its versions the row is at). Returns the new
+/// version; no row: the lease was lost already, and the row keeps its
+/// higher floor.
 pub fn give_up_sql(table: &str) -> String {
     format!(
         "UPDATE {table} SET holder = NULL, version = version OPERATOR(pg_catalog.+) 1, \
-                floor_unix_ms = $4, lease_until = NULL \
-          WHERE machine_id OPERATOR(pg_catalog.=) $1 AND version OPERATOR(pg_catalog.=) $2 \
-            AND holder OPERATOR(pg_catalog.=) $3 \
+                floor_unix_ms = $3, lease_until = NULL \
+          WHERE machine_id OPERATOR(pg_catalog.=) $1 AND holder OPERATOR(pg_catalog.=) $2 \
       RETURNING version"
+    )
+}
+
+/// Reads the central server's clock (`$1`-free): one row, Unix ms, from
+/// `clock_table`, the foreign table over the central view
+/// `CLOCK_VIEW_SQL`. Run it in a claim's or renewal's transaction, before
+/// the CAS, through the lease table's foreign server (the restore fence).
+pub fn clock_sql(clock_table: &str) -> String {
+    format!("SELECT unix_ms FROM {clock_table}")
+}
+
+/// The view to create on the central server, beside the lease table: its
+/// clock, in Unix ms. `clock_timestamp()`, not `now()`: the time of the
+/// read, not of the transaction's start.
+pub const CLOCK_VIEW_SQL: &str = "CREATE VIEW idgen_lease_clock AS \
+     SELECT (extract(epoch FROM clock_timestamp()) * 1000)::int8 AS unix_ms";
+
+/// The foreign table over it, on each server, in the lease table's
+/// foreign server (`{server}`) and named `{table}`.
+pub fn clock_foreign_table_sql(table: &str, server: &str) -> String {
+    format!(
+        "CREATE FOREIGN TABLE {table} (unix_ms int8) SERVER {server} \
+         OPTIONS (table_name 'idgen_lease_clock')"
     )
 }
 
@@ -240,6 +310,19 @@ pub const MAX_LEAD_LIMIT_MS: i64 = 24 * 86_400_000;
 /// since it sent its last claim or renewal: two more tries fit before its
 /// deadline.
 pub const RENEW_DIVISOR: i64 = 3;
+/// The restore fence's allowance for a holder's clock running ahead of the
+/// central server's: a holder's ceiling is at most the central clock plus
+/// its usable time plus this, and a claim starts above the central clock
+/// plus a duration plus this. It costs every claim this much more wait;
+/// servers kept in step by NTP are milliseconds apart, and a holder
+/// further ahead issues only less far ahead of its own clock (and is
+/// warned).
+pub const CENTRAL_CLOCK_SLACK_MS: i64 = 1_000;
+/// How far the central clock may go back between two readings before the
+/// keeper warns: less than the smallest margin, which the fence's proof
+/// has to spare (a claimer waits a whole duration, a holder's ceiling is
+/// a margin less).
+pub const CENTRAL_CLOCK_BACK_TOLERANCE_MS: i64 = MIN_MARGIN_MS;
 
 /// Why a setting, a row or a choice is refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -443,11 +526,18 @@ impl LeaseSettings {
     }
 
     /// The ceiling a claim or renewal sent at wall time `sent_unix_ms`
-    /// records: no ID of the holder will have a later time.
-    pub fn ceiling_unix_ms(&self, sent_unix_ms: i64) -> i64 {
-        sent_unix_ms
+    /// records, with `central_unix_ms` the central clock read in its
+    /// transaction before the CAS: no ID of the holder will have a later
+    /// time. What its own clock allows (the deadline plus `max_lead`),
+    /// held to the central clock by the restore fence.
+    pub fn ceiling_unix_ms(&self, sent_unix_ms: i64, central_unix_ms: i64) -> i64 {
+        let own = sent_unix_ms
             .saturating_add(self.usable_ms())
-            .saturating_add(self.max_lead_ms)
+            .saturating_add(self.max_lead_ms);
+        let fenced = central_unix_ms
+            .saturating_add(self.usable_ms())
+            .saturating_add(CENTRAL_CLOCK_SLACK_MS);
+        own.min(fenced)
     }
 
     /// `lease_until` for people: when the holder stops, by its wall clock.
@@ -482,8 +572,71 @@ pub struct Written {
     pub received_mono_ms: i64,
     /// `RETURNING version`.
     pub version: i64,
-    /// `RETURNING floor_unix_ms`: the ceiling now recorded.
+    /// The ceiling it recorded (`LeaseSettings::ceiling_unix_ms`).
     pub ceiling_unix_ms: i64,
+    /// The central clock read in its transaction, before the CAS (for a
+    /// claim, `CentralClock::fence_base_ms` of it).
+    pub central_unix_ms: i64,
+}
+
+/// The restore fence: the floor a claim of `claim` whose transaction read
+/// the central clock at `central_unix_ms` starts above, whatever the row
+/// says — above every ceiling a holder whose write the table may have
+/// forgotten could have used (see the header).
+pub fn fence_floor_unix_ms(settings: &LeaseSettings, claim: &Claim, central_unix_ms: i64) -> i64 {
+    let span = settings.duration_ms.max(claim.holder_lease_ms.unwrap_or(0));
+    central_unix_ms
+        .saturating_add(span)
+        .saturating_add(CENTRAL_CLOCK_SLACK_MS)
+}
+
+/// A `lease_ms` read from a row, as a claimer trusts it: a duration no
+/// holder could have set is garbage, and counts as the longest.
+pub fn trusted_lease_ms(lease_ms: i64) -> i64 {
+    if (MIN_DURATION_MS..=MAX_DURATION_MS).contains(&lease_ms) {
+        lease_ms
+    } else {
+        MAX_DURATION_MS
+    }
+}
+
+/// The central clock as one keeper has read it: the highest reading, so
+/// that a clock that went back is told, and claims still fence above it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CentralClock {
+    high_ms: Option<i64>,
+}
+
+impl CentralClock {
+    /// Records a reading.
+    pub fn observe(&mut self, central_unix_ms: i64) {
+        self.high_ms = self.high_ms.max(Some(central_unix_ms));
+    }
+
+    /// The central time a claim that read `central_unix_ms` fences above:
+    /// the highest reading seen (a clock that went back would lower the
+    /// fence by as much).
+    pub fn fence_base_ms(&self, central_unix_ms: i64) -> i64 {
+        self.high_ms
+            .map_or(central_unix_ms, |high| high.max(central_unix_ms))
+    }
+
+    /// How far a reading is behind the highest one, when by more than
+    /// `CENTRAL_CLOCK_BACK_TOLERANCE_MS`: the central clock went back.
+    pub fn went_back_ms(&self, central_unix_ms: i64) -> Option<i64> {
+        let behind = self.high_ms? - central_unix_ms;
+        (behind > CENTRAL_CLOCK_BACK_TOLERANCE_MS).then_some(behind)
+    }
+}
+
+/// How far this server's clock, read when it sent a write, was ahead of
+/// the central clock read in that write's transaction, when by more than
+/// `CENTRAL_CLOCK_SLACK_MS`: its ceiling is then lower than its own clock
+/// would allow (it issues less far ahead, and stalls if it is ahead by
+/// more than the usable time less the time between renewals).
+pub fn clock_ahead_of_central_ms(written: &Written, sent_unix_ms: i64) -> Option<i64> {
+    let ahead = sent_unix_ms - written.central_unix_ms;
+    (ahead > CENTRAL_CLOCK_SLACK_MS).then_some(ahead)
 }
 
 /// A lease this server holds: all the generator needs to know.
@@ -505,16 +658,17 @@ pub struct Held {
 
 impl Held {
     /// The lease a successful claim (`claim_sql` returned a row) gives:
-    /// above the row's floor (this server's own floor from its state file
-    /// is the generator's, which starts above both). A reply that came too
-    /// late gives no time: renew at once.
+    /// above the row's floor and the restore fence (this server's own
+    /// floor from its state file is the generator's, which starts above
+    /// both). A reply that came too late gives no time: renew at once.
     pub fn claimed(settings: &LeaseSettings, claim: &Claim, written: &Written) -> Held {
         let (stop_at, renew_at) =
             grant(settings, written).unwrap_or((written.sent_mono_ms, written.received_mono_ms));
+        let fence = fence_floor_unix_ms(settings, claim, written.central_unix_ms);
         Held {
             machine_id: claim.machine_id,
             version: written.version,
-            floor_unix_ms: claim.floor_unix_ms,
+            floor_unix_ms: Some(claim.floor_unix_ms.map_or(fence, |row| row.max(fence))),
             ceiling_unix_ms: written.ceiling_unix_ms,
             stop_at_mono_ms: stop_at,
             renew_at_mono_ms: renew_at,
@@ -543,12 +697,41 @@ impl Held {
         now_mono_ms >= self.renew_at_mono_ms
     }
 
+    /// Whether the generators may be given this lease at wall time
+    /// `now_unix_ms` with `max_lead_ms`: `None` once the first time above
+    /// the floor is within `max_lead_ms` of the clock and below the
+    /// ceiling; else how long to wait (ms) — until the clock is near
+    /// enough, or, when the ceiling is not above the floor yet, until the
+    /// next renewal raises it (`WaitForCeiling`).
+    pub fn wait_before_issuing_ms(&self, now_unix_ms: i64, max_lead_ms: i64) -> Option<IssueWait> {
+        let first = self.floor_unix_ms.map_or(i64::MIN, |f| f.saturating_add(1));
+        if first > self.ceiling_unix_ms {
+            return Some(IssueWait::ForCeiling);
+        }
+        let lead = first.saturating_sub(now_unix_ms);
+        (lead > max_lead_ms).then(|| IssueWait::ForClock {
+            ms: lead - max_lead_ms,
+            until_unix_ms: first - max_lead_ms,
+        })
+    }
+
     /// The floor to leave in the row when giving the lease up, given the
     /// time of the last ID issued under it (`None`: none): exactly what
     /// was issued, and never below the floor this holder started above.
     pub fn give_up_floor_unix_ms(&self, last_issued_unix_ms: Option<i64>) -> Option<i64> {
         self.floor_unix_ms.max(last_issued_unix_ms)
     }
+}
+
+/// Why a claimed lease is not given to the generators yet
+/// (`Held::wait_before_issuing_ms`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IssueWait {
+    /// The clock plus `max_lead` reaches the first time above the floor
+    /// in `ms`, at wall time `until_unix_ms`.
+    ForClock { ms: i64, until_unix_ms: i64 },
+    /// The ceiling is not above the floor: a renewal must raise it.
+    ForCeiling,
 }
 
 /// `(stop_at, renew_at)` a write grants, if its reply came in time.
@@ -600,6 +783,9 @@ pub struct Claim {
     pub version: i64,
     /// The row's floor as read.
     pub floor_unix_ms: Option<i64>,
+    /// An expired row's holder's `lease_ms` (`trusted_lease_ms`), for the
+    /// restore fence; `None` for a free row or this start's own.
+    pub holder_lease_ms: Option<i64>,
     pub reason: ClaimReason,
 }
 
@@ -673,11 +859,7 @@ impl LeaseWatch {
             None => RowState::Claimable(ClaimReason::Free),
             Some(holder) if holder == me.holder => RowState::Claimable(ClaimReason::Own),
             Some(_) => {
-                // A duration no holder could have set is garbage: wait the
-                // longest one instead of trusting it.
-                let lease_ms = Some(watched.row.lease_ms)
-                    .filter(|ms| (MIN_DURATION_MS..=MAX_DURATION_MS).contains(ms))
-                    .unwrap_or(MAX_DURATION_MS);
+                let lease_ms = trusted_lease_ms(watched.row.lease_ms);
                 let expires_at = watched.since_mono_ms.saturating_add(lease_ms);
                 if now_mono_ms >= expires_at {
                     RowState::Claimable(ClaimReason::Expired)
@@ -691,21 +873,17 @@ impl LeaseWatch {
         }
     }
 
-    /// The rows in range that another live server holds under this
-    /// server's name: held by another start (`holder_of_this_start`) and
-    /// seen renewing. Two servers given one name, or a clone.
-    pub fn namesakes(&self, me: &Claimant, now_mono_ms: i64) -> Vec<i32> {
-        let my_name = holder_name(me.holder);
+    /// The rows in range another live server holds: held by another start
+    /// (the state is `Held`, not this start's `Own`) and seen renewing.
+    fn held_by_live_others<'w>(
+        &'w self,
+        me: &'w Claimant,
+        now_mono_ms: i64,
+    ) -> impl Iterator<Item = &'w LeaseRow> + 'w {
         self.rows
             .range(0..=me.max_machine_id)
             .map(|(_, watched)| watched)
-            .filter(|w| {
-                w.row
-                    .holder
-                    .as_deref()
-                    .is_some_and(|h| h != me.holder && holder_name(h) == my_name)
-            })
-            .filter(|w| {
+            .filter(move |w| {
                 matches!(
                     self.state(w, me, now_mono_ms),
                     RowState::Held {
@@ -714,7 +892,34 @@ impl LeaseWatch {
                     }
                 )
             })
-            .map(|w| w.row.machine_id)
+            .map(|w| &w.row)
+    }
+
+    /// The rows in range that another live server holds under this
+    /// server's name: held by another start (`holder_of_this_start`) and
+    /// seen renewing. Two servers given one name, or a clone.
+    pub fn namesakes(&self, me: &Claimant, now_mono_ms: i64) -> Vec<i32> {
+        let my_name = holder_name(me.holder);
+        self.held_by_live_others(me, now_mono_ms)
+            .filter(|row| row.holder.as_deref().map(holder_name) == Some(my_name))
+            .map(|row| row.machine_id)
+            .collect()
+    }
+
+    /// The rows in range another live server holds under a lease duration
+    /// other than `duration_ms`, with that duration: the restore fence
+    /// needs one duration for every server sharing the table (a claim
+    /// covers its own, or a held row's, but not that of a holder the table
+    /// forgot).
+    pub fn other_durations(
+        &self,
+        me: &Claimant,
+        duration_ms: i64,
+        now_mono_ms: i64,
+    ) -> Vec<(i32, i64)> {
+        self.held_by_live_others(me, now_mono_ms)
+            .map(|row| (row.machine_id, trusted_lease_ms(row.lease_ms)))
+            .filter(|&(_, lease_ms)| lease_ms != duration_ms)
             .collect()
     }
 
@@ -749,6 +954,8 @@ impl LeaseWatch {
                 machine_id: watched.row.machine_id,
                 version: watched.row.version,
                 floor_unix_ms: watched.row.floor_unix_ms,
+                holder_lease_ms: (reason == ClaimReason::Expired)
+                    .then(|| trusted_lease_ms(watched.row.lease_ms)),
                 reason,
             }))
         };
@@ -910,16 +1117,10 @@ mod tests {
             Some((row.version, row.floor_unix_ms.unwrap()))
         }
 
-        /// `give_up_sql`.
-        fn give_up(
-            &mut self,
-            machine_id: i32,
-            version: i64,
-            holder: &str,
-            floor: Option<i64>,
-        ) -> Option<i64> {
+        /// `give_up_sql`: by the holder, whatever the version.
+        fn give_up(&mut self, machine_id: i32, holder: &str, floor: Option<i64>) -> Option<i64> {
             let row = self.rows.get_mut(&machine_id)?;
-            if row.version != version || row.holder.as_deref() != Some(holder) {
+            if row.holder.as_deref() != Some(holder) {
                 return None;
             }
             row.holder = None;
@@ -929,8 +1130,14 @@ mod tests {
         }
     }
 
-    /// Claims `claim` for `holder`, sent at `sent` (mono and wall, equal
-    /// here) with the reply `rtt` later.
+    /// The ceiling a write sent at wall time `wall` records when the
+    /// central clock reads the same.
+    fn in_step(s: &LeaseSettings, wall: i64) -> i64 {
+        s.ceiling_unix_ms(wall, wall)
+    }
+
+    /// Claims `claim` for `holder`, sent at `sent` (mono, wall and central
+    /// clock, all equal here) with the reply `rtt` later.
     fn take(
         central: &mut Central,
         s: &LeaseSettings,
@@ -940,12 +1147,13 @@ mod tests {
         rtt: i64,
     ) -> Option<Held> {
         let (version, ceiling) =
-            central.claim(claim, holder, s.duration_ms, s.ceiling_unix_ms(WALL + sent))?;
+            central.claim(claim, holder, s.duration_ms, in_step(s, WALL + sent))?;
         let written = Written {
             sent_mono_ms: sent,
             received_mono_ms: sent + rtt,
             version,
             ceiling_unix_ms: ceiling,
+            central_unix_ms: WALL + sent,
         };
         Some(Held::claimed(s, claim, &written))
     }
@@ -1010,11 +1218,21 @@ mod tests {
             );
         }
         let s = LeaseSettings::new(MAX_DURATION_MS, 1_200, MAX_LEAD_LIMIT_MS).unwrap();
-        assert_eq!(s.ceiling_unix_ms(i64::MAX - 5), i64::MAX, "saturates");
+        assert_eq!(in_step(&s, i64::MAX - 5), i64::MAX, "saturates");
         let s = settings();
         assert_eq!(s.usable_ms(), 19_000);
         assert_eq!(s.renew_after_ms(), 6_666);
-        assert_eq!(s.ceiling_unix_ms(WALL), WALL + 19_000 + 5_000);
+        // The lease's end plus max_lead, held to the central clock plus the
+        // lease's end plus the slack.
+        assert_eq!(
+            s.ceiling_unix_ms(WALL, WALL + 60_000),
+            WALL + 19_000 + 5_000
+        );
+        assert_eq!(s.ceiling_unix_ms(WALL, WALL), WALL + 19_000 + 1_000);
+        assert_eq!(
+            s.ceiling_unix_ms(WALL, WALL - 60_000),
+            WALL - 60_000 + 20_000
+        );
         assert_eq!(s.stops_by_unix_ms(WALL), WALL + 19_000);
     }
 
@@ -1108,7 +1326,7 @@ mod tests {
                             held.version,
                             name,
                             s.duration_ms,
-                            s.ceiling_unix_ms(WALL + now),
+                            in_step(&s, WALL + now),
                         )
                         .unwrap();
                     let written = Written {
@@ -1116,6 +1334,7 @@ mod tests {
                         received_mono_ms: now + 5,
                         version,
                         ceiling_unix_ms: ceiling,
+                        central_unix_ms: WALL + now,
                     };
                     *held = held.renewed(&s, &written);
                 }
@@ -1275,7 +1494,7 @@ mod tests {
             held_a.version,
             a.holder,
             s.duration_ms,
-            s.ceiling_unix_ms(WALL),
+            in_step(&s, WALL),
         );
         assert!(renewed.is_some());
         watch_b.observe(central.read(3), 7_000);
@@ -1315,13 +1534,7 @@ mod tests {
         // wait from when it saw the new version.
         assert!(!held.renew_due(19_999) && held.renew_due(20_000));
         let (version, ceiling) = central
-            .renew(
-                0,
-                held.version,
-                "a",
-                60_000,
-                long.ceiling_unix_ms(WALL + 20_000),
-            )
+            .renew(0, held.version, "a", 60_000, in_step(&long, WALL + 20_000))
             .unwrap();
         held = held.renewed(
             &long,
@@ -1330,6 +1543,7 @@ mod tests {
                 received_mono_ms: 20_004,
                 version,
                 ceiling_unix_ms: ceiling,
+                central_unix_ms: WALL + 20_000,
             },
         );
         watch_b.observe(central.read(0), 30_000);
@@ -1357,17 +1571,16 @@ mod tests {
         let claim = chosen(&watch_b, &b, 90_000);
         assert_eq!(claim.reason, ClaimReason::Expired);
         assert_eq!(claim.floor_unix_ms, Some(held.ceiling_unix_ms));
+        assert_eq!(claim.holder_lease_ms, Some(60_000));
         let taken = take(&mut central, &settings(), &claim, "b", 90_000, 5).unwrap();
-        assert_eq!(taken.floor_unix_ms, Some(WALL + 20_000 + 59_000 + 5_000));
+        // Above the row's floor (the holder's last ceiling, WALL + 80 s),
+        // and above the restore fence: the central clock at the claim plus
+        // the longer of the two leases plus the slack.
+        assert_eq!(held.ceiling_unix_ms, WALL + 20_000 + 59_000 + 1_000);
+        assert_eq!(taken.floor_unix_ms, Some(WALL + 90_000 + 60_000 + 1_000));
         // The old holder comes back: its renewal finds the row taken.
         assert_eq!(
-            central.renew(
-                0,
-                held.version,
-                "a",
-                60_000,
-                long.ceiling_unix_ms(WALL + 95_000)
-            ),
+            central.renew(0, held.version, "a", 60_000, in_step(&long, WALL + 95_000)),
             None
         );
         assert_eq!(central.rows[&0].floor_unix_ms, Some(taken.ceiling_unix_ms));
@@ -1380,6 +1593,7 @@ mod tests {
             machine_id: 4,
             version: 9,
             floor_unix_ms: Some(WALL - 1),
+            holder_lease_ms: None,
             reason: ClaimReason::Free,
         };
         let written = |sent, received, version, ceiling_unix_ms| Written {
@@ -1387,9 +1601,20 @@ mod tests {
             received_mono_ms: received,
             version,
             ceiling_unix_ms,
+            central_unix_ms: WALL + sent,
         };
         let held = Held::claimed(&s, &claim, &written(1_000, 1_050, 10, WALL + 24_000));
-        assert_eq!(held.floor_unix_ms, Some(WALL - 1), "the row's floor");
+        assert_eq!(
+            held.floor_unix_ms,
+            Some(WALL + 1_000 + 20_000 + 1_000),
+            "the restore fence, above the row's floor"
+        );
+        let high_row = Claim {
+            floor_unix_ms: Some(WALL + 60_000),
+            ..claim
+        };
+        let above = Held::claimed(&s, &high_row, &written(1_000, 1_050, 10, WALL + 24_000));
+        assert_eq!(above.floor_unix_ms, Some(WALL + 60_000), "the row's floor");
         assert_eq!(held.renew_at_mono_ms, 1_000 + 6_666);
         assert_eq!(held.stop_at_mono_ms, 1_000 + 19_000);
         assert!(!held.renew_due(7_665) && held.renew_due(7_666));
@@ -1425,21 +1650,34 @@ mod tests {
         watch.observe(central.read(2), 0);
         let claim = chosen(&watch, &me("a", None, 2), 0);
         let held = take(&mut central, &s, &claim, "a", 0, 2).unwrap();
-        assert_eq!(central.rows[&0].floor_unix_ms, Some(WALL + 24_000));
-        // The last ID issued was at WALL + 3000: that is the floor left.
-        let floor = held.give_up_floor_unix_ms(Some(WALL + 3_000));
-        assert_eq!(floor, Some(WALL + 3_000));
-        assert!(central.give_up(0, held.version, "a", floor).is_some());
-        // Nothing issued: the floor it started above stays.
-        assert_eq!(held.give_up_floor_unix_ms(None), Some(WALL - 500));
+        assert_eq!(central.rows[&0].floor_unix_ms, Some(WALL + 20_000));
+        // Nothing issued: the floor it started above (the fence) stays.
+        assert_eq!(held.give_up_floor_unix_ms(None), Some(WALL + 21_000));
+        // A renewal whose reply the shutdown cut off moved the version.
+        central
+            .renew(
+                0,
+                held.version,
+                "a",
+                s.duration_ms,
+                in_step(&s, WALL + 7_000),
+            )
+            .unwrap();
+        // The last ID issued was at WALL + 25 s: that is the floor left,
+        // by the holder alone.
+        let floor = held.give_up_floor_unix_ms(Some(WALL + 25_000));
+        assert_eq!(floor, Some(WALL + 25_000));
+        assert!(central.give_up(0, "a", floor).is_some());
         // Another server takes the free row at once, above the exact floor.
         let mut watch_b = LeaseWatch::new();
         watch_b.observe(central.read(2), 5);
         let claim = chosen(&watch_b, &me("b", None, 2), 5);
         assert_eq!((claim.machine_id, claim.reason), (0, ClaimReason::Free));
-        assert_eq!(claim.floor_unix_ms, Some(WALL + 3_000));
-        // A give up with a stale version changes nothing.
-        assert_eq!(central.give_up(0, held.version, "a", None), None);
+        assert_eq!(claim.floor_unix_ms, Some(WALL + 25_000));
+        take(&mut central, &s, &claim, "b", 5, 1).unwrap();
+        // A give up once someone else holds the row changes nothing.
+        assert_eq!(central.give_up(0, "a", None), None);
+        assert_eq!(central.rows[&0].holder.as_deref(), Some("b"));
     }
 
     /// A server's clock: its reading at real time `t` ms (t >= 0), running
@@ -1520,11 +1758,13 @@ mod tests {
                 }
         };
         // The holder's request in flight: (sent at, ceiling sent).
-        let mut in_flight: Option<(i64, i64)> = Some((0, s.ceiling_unix_ms(holder_wall(0))));
+        // The central clock is real time.
+        let mut in_flight: Option<(i64, i64)> = Some((0, s.ceiling_unix_ms(holder_wall(0), WALL)));
         let first_claim = Claim {
             machine_id: 0,
             version: 0,
             floor_unix_ms: None,
+            holder_lease_ms: None,
             reason: ClaimReason::Free,
         };
         let mut held: Option<Held> = None;
@@ -1572,6 +1812,7 @@ mod tests {
                     received_mono_ms: sc.holder_mono.at(t + sc.reply_delay),
                     version,
                     ceiling_unix_ms: ceiling,
+                    central_unix_ms: WALL + sent,
                 };
                 let h = match &held {
                     None => Held::claimed(s, &first_claim, &written),
@@ -1583,7 +1824,10 @@ mod tests {
                     sends += 1;
                     let send_at =
                         (t + sc.reply_delay).max(sc.holder_mono.reaches(h.renew_at_mono_ms));
-                    in_flight = Some((send_at, s.ceiling_unix_ms(holder_wall(send_at))));
+                    in_flight = Some((
+                        send_at,
+                        s.ceiling_unix_ms(holder_wall(send_at), WALL + send_at),
+                    ));
                 }
                 held = Some(h);
                 // The reply's arrival is folded in: the holder learns the
@@ -1593,7 +1837,7 @@ mod tests {
             }
             if let Some((at, claim)) = claim_in_flight.filter(|(at, _)| *at == t) {
                 claim_in_flight = None;
-                let ceiling = s.ceiling_unix_ms(WALL + t);
+                let ceiling = in_step(s, WALL + t);
                 if central.claim(&claim, "c", s.duration_ms, ceiling).is_some() {
                     let holder_last_issue = if latest_stop == i64::MIN {
                         -1
@@ -1773,7 +2017,7 @@ mod tests {
             (read_sql(t), 1, false),
             (claim_sql(t), 7, true),
             (renew_sql(t), 6, true),
-            (give_up_sql(t), 4, true),
+            (give_up_sql(t), 3, false),
         ] {
             assert_eq!(parameters(&sql), (1..=params).collect::<Vec<_>>(), "{sql}");
             assert!(sql.contains(t), "{sql}");
@@ -1789,12 +2033,23 @@ mod tests {
             }
             assert_eq!(sql.contains(cas), is_cas, "{sql}");
         }
-        for sql in [renew_sql(t), give_up_sql(t)] {
-            assert!(
-                sql.contains("AND holder OPERATOR(pg_catalog.=) $3"),
-                "{sql}"
-            );
-        }
+        assert!(
+            renew_sql(t).contains("AND holder OPERATOR(pg_catalog.=) $3"),
+            "{}",
+            renew_sql(t)
+        );
+        // The give-up: this start's holder alone, never the version.
+        let give_up = give_up_sql(t);
+        assert!(
+            give_up.contains(
+                "WHERE machine_id OPERATOR(pg_catalog.=) $1 AND holder OPERATOR(pg_catalog.=) $2 "
+            ),
+            "{give_up}"
+        );
+        assert!(
+            !give_up.contains("version OPERATOR(pg_catalog.=)"),
+            "{give_up}"
+        );
         for sql in [claim_sql(t), renew_sql(t)] {
             assert!(
                 sql.contains("floor_unix_ms = GREATEST(floor_unix_ms, $5)"),
@@ -1838,5 +2093,345 @@ mod tests {
                 "{column} unused"
             );
         }
+        // The central clock: the view the docs create is the one the
+        // hints give, and the foreign table over it has its one column.
+        assert_eq!(statement("CREATE VIEW idgen_lease_clock"), CLOCK_VIEW_SQL);
+        let clock = statement("CREATE FOREIGN TABLE idgen_lease_clock");
+        assert_eq!(
+            clock,
+            clock_foreign_table_sql("idgen_lease_clock", "central")
+        );
+        assert_eq!(
+            clock_sql("\"central\".idgen_lease_clock"),
+            "SELECT unix_ms FROM \"central\".idgen_lease_clock"
+        );
+    }
+
+    #[test]
+    fn the_central_clock_is_watched_for_steps_back_and_claims_fence_above_its_highest_reading() {
+        let mut clock = CentralClock::default();
+        assert_eq!(clock.went_back_ms(WALL), None, "nothing read yet");
+        assert_eq!(clock.fence_base_ms(WALL), WALL);
+        clock.observe(WALL);
+        assert_eq!(
+            clock.went_back_ms(WALL - CENTRAL_CLOCK_BACK_TOLERANCE_MS),
+            None
+        );
+        assert_eq!(
+            clock.went_back_ms(WALL - 15_000),
+            Some(15_000),
+            "15 s back is told"
+        );
+        assert_eq!(clock.fence_base_ms(WALL - 15_000), WALL, "the highest");
+        clock.observe(WALL - 15_000);
+        assert_eq!(clock.fence_base_ms(WALL + 1), WALL + 1);
+        assert_eq!(clock.went_back_ms(WALL + 1), None, "caught up");
+    }
+
+    #[test]
+    fn a_clock_ahead_of_the_central_one_is_told_beyond_the_slack() {
+        let written = |central_unix_ms| Written {
+            sent_mono_ms: 0,
+            received_mono_ms: 5,
+            version: 1,
+            ceiling_unix_ms: 0,
+            central_unix_ms,
+        };
+        assert_eq!(clock_ahead_of_central_ms(&written(WALL), WALL), None);
+        assert_eq!(
+            clock_ahead_of_central_ms(&written(WALL - CENTRAL_CLOCK_SLACK_MS), WALL),
+            None
+        );
+        assert_eq!(
+            clock_ahead_of_central_ms(&written(WALL - 30_000), WALL),
+            Some(30_000)
+        );
+        // Behind is no problem: its own clock bounds its ceiling.
+        assert_eq!(
+            clock_ahead_of_central_ms(&written(WALL + 30_000), WALL),
+            None
+        );
+    }
+
+    #[test]
+    fn a_claimed_lease_reaches_the_generators_once_the_clock_is_near_the_floor_and_the_ceiling_above_it(
+    ) {
+        let held = |floor_unix_ms, ceiling_unix_ms| Held {
+            machine_id: 0,
+            version: 1,
+            floor_unix_ms,
+            ceiling_unix_ms,
+            stop_at_mono_ms: 100_000,
+            renew_at_mono_ms: 10_000,
+        };
+        // No floor: at once.
+        assert_eq!(held(None, WALL).wait_before_issuing_ms(WALL, 0), None);
+        // The first time above the floor is 21 s ahead, max_lead 5 s.
+        let h = held(Some(WALL + 21_000), WALL + 30_000);
+        assert_eq!(
+            h.wait_before_issuing_ms(WALL, 5_000),
+            Some(IssueWait::ForClock {
+                ms: 16_001,
+                until_unix_ms: WALL + 16_001
+            })
+        );
+        assert_eq!(
+            h.wait_before_issuing_ms(WALL + 16_000, 5_000),
+            Some(IssueWait::ForClock {
+                ms: 1,
+                until_unix_ms: WALL + 16_001
+            })
+        );
+        assert_eq!(h.wait_before_issuing_ms(WALL + 16_001, 5_000), None);
+        assert_eq!(h.wait_before_issuing_ms(WALL, 21_001), None);
+        // A ceiling not above the floor waits for a renewal, whatever the
+        // clock.
+        for ceiling in [WALL + 20_000, WALL + 21_000] {
+            assert_eq!(
+                held(Some(WALL + 21_000), ceiling).wait_before_issuing_ms(WALL + 60_000, 5_000),
+                Some(IssueWait::ForCeiling)
+            );
+        }
+        assert_eq!(
+            held(Some(WALL + 21_000), WALL + 21_001).wait_before_issuing_ms(WALL + 60_000, 5_000),
+            None
+        );
+        // With defaults and clocks in step: a claim's own ceiling is below
+        // its fence, the first renewal lifts it above, and the clock is
+        // near enough duration + slack - max_lead after the claim.
+        let s = settings();
+        let claim = Claim {
+            machine_id: 0,
+            version: 0,
+            floor_unix_ms: None,
+            holder_lease_ms: None,
+            reason: ClaimReason::Free,
+        };
+        let written = |sent: i64, version| Written {
+            sent_mono_ms: sent,
+            received_mono_ms: sent + 5,
+            version,
+            ceiling_unix_ms: in_step(&s, WALL + sent),
+            central_unix_ms: WALL + sent,
+        };
+        let claimed = Held::claimed(&s, &claim, &written(0, 1));
+        assert_eq!(
+            claimed.wait_before_issuing_ms(WALL, s.max_lead_ms),
+            Some(IssueWait::ForCeiling)
+        );
+        let renewed = claimed.renewed(&s, &written(s.renew_after_ms(), 2));
+        let wait = s.duration_ms + CENTRAL_CLOCK_SLACK_MS - s.max_lead_ms + 1;
+        assert_eq!(
+            renewed.wait_before_issuing_ms(WALL + s.renew_after_ms(), s.max_lead_ms),
+            Some(IssueWait::ForClock {
+                ms: wait - s.renew_after_ms(),
+                until_unix_ms: WALL + wait
+            })
+        );
+        assert_eq!(
+            renewed.wait_before_issuing_ms(WALL + wait, s.max_lead_ms),
+            None
+        );
+    }
+
+    #[test]
+    fn live_holders_under_another_lease_duration_are_told() {
+        let s = settings();
+        let mut central = Central::seeded(3);
+        for (name, id, lease_ms) in [("x", 0, 3_000), ("y", 1, 20_000), ("z", 2, 7)] {
+            let row = central.rows.get_mut(&id).unwrap();
+            row.holder = Some(name.into());
+            row.lease_ms = lease_ms;
+        }
+        let c = me("c", None, 3);
+        let mut watch = LeaseWatch::new();
+        watch.observe(central.read(3), 0);
+        assert!(
+            watch.other_durations(&c, s.duration_ms, 1).is_empty(),
+            "not seen renewing: it may be a dead server's row"
+        );
+        for id in 0..3 {
+            central.rows.get_mut(&id).unwrap().version += 1;
+        }
+        watch.observe(central.read(3), 1_000);
+        // A garbage lease_ms counts as the longest.
+        assert_eq!(
+            watch.other_durations(&c, s.duration_ms, 1_001),
+            vec![(0, 3_000), (2, MAX_DURATION_MS)]
+        );
+        assert!(watch
+            .other_durations(&c, 3_000, 1_001)
+            .contains(&(1, 20_000)));
+    }
+
+    /// How the lease table forgets, in
+    /// `a_restored_table_never_lets_a_claimer_start_among_the_ids_of_the_holder_it_forgot`.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum Forgets {
+        /// Restored from a dump taken just after the holder's claim: the
+        /// row held by it, at that version and floor.
+        DumpWhileHeld,
+        /// Restored from a dump taken before the holder's claim: the row
+        /// free, with the floor the earlier holder left.
+        DumpWhileFree,
+        /// Restored from a dump taken while the claimer itself held the
+        /// row, before it lost it to the holder: the claimer's own row.
+        DumpWhileClaimersOwn,
+        /// The row's floor cleared by hand, the holder's row as it is.
+        FloorCleared,
+    }
+
+    /// One run: the holder (`h`, its wall clock `holder_offset` ms off
+    /// the central clock, which is real time) claims id 0 at 0 and renews
+    /// `renewals` times; `restore_after` ms after its last write the table
+    /// forgets as `forgets` says, and the holder, cut off, makes no more
+    /// writes (but may issue until its deadline). The claimer (`c`), which
+    /// saw the restored version before if `seen_before`, claims as soon as
+    /// the rules let it. Returns the highest ceiling the holder used (no
+    /// ID of it is above) and the claim.
+    fn forget_and_claim(
+        forgets: Forgets,
+        holder_offset: i64,
+        renewals: i64,
+        seen_before: bool,
+        restore_after: i64,
+    ) -> (i64, Claim, Held) {
+        let s = settings();
+        let write = |central: &mut Central, held: Option<&Held>, claim: &Claim, t: i64| {
+            let ceiling = s.ceiling_unix_ms(WALL + t + holder_offset, WALL + t);
+            let (version, ceiling) = match held {
+                None => central.claim(claim, "h", s.duration_ms, ceiling),
+                Some(h) => central.renew(0, h.version, "h", s.duration_ms, ceiling),
+            }
+            .unwrap();
+            let written = Written {
+                sent_mono_ms: t,
+                received_mono_ms: t + 3,
+                version,
+                ceiling_unix_ms: ceiling,
+                central_unix_ms: WALL + t,
+            };
+            match held {
+                None => Held::claimed(&s, claim, &written),
+                Some(h) => h.renewed(&s, &written),
+            }
+        };
+        let mut central = Central::seeded(0);
+        // An earlier holder gave the row up, its last ID an hour ago.
+        central.rows.get_mut(&0).unwrap().floor_unix_ms = Some(WALL - 3_600_000);
+        let mut watch = LeaseWatch::new();
+        let c = me("c", None, 0);
+        let mut dump = central.clone();
+        if forgets == Forgets::DumpWhileClaimersOwn {
+            // The claimer held the row a minute ago and was cut off; the
+            // holder took it over once it expired.
+            let claim = chosen(
+                &{
+                    let mut w = LeaseWatch::new();
+                    w.observe(central.read(0), 0);
+                    w
+                },
+                &c,
+                0,
+            );
+            central
+                .claim(&claim, "c", s.duration_ms, in_step(&s, WALL - 60_000))
+                .unwrap();
+            dump = central.clone();
+        }
+        if seen_before {
+            watch.observe(dump.read(0), -120_000);
+        }
+        let first = Claim {
+            machine_id: 0,
+            version: central.rows[&0].version,
+            floor_unix_ms: central.rows[&0].floor_unix_ms,
+            holder_lease_ms: None,
+            reason: ClaimReason::Free,
+        };
+        let mut held = write(&mut central, None, &first, 0);
+        if forgets == Forgets::DumpWhileHeld {
+            dump = central.clone();
+        }
+        let mut t = 0;
+        for _ in 0..renewals {
+            t += s.renew_after_ms();
+            held = write(&mut central, Some(&held), &first, t);
+        }
+        let holder_top = held.ceiling_unix_ms;
+        let mut t = t + restore_after;
+        central = match forgets {
+            Forgets::FloorCleared => {
+                central.rows.get_mut(&0).unwrap().floor_unix_ms = None;
+                central
+            }
+            _ => dump,
+        };
+        // The claimer reads the table every 100 ms until it may claim.
+        loop {
+            watch.observe(central.read(0), t);
+            if let Ok(ClaimChoice::Take(claim)) = watch.choose(&c, t) {
+                t += 2; // its claim's transaction reads the central clock
+                let ceiling = s.ceiling_unix_ms(WALL + t, WALL + t);
+                let (version, ceiling) =
+                    central.claim(&claim, "c", s.duration_ms, ceiling).unwrap();
+                let written = Written {
+                    sent_mono_ms: t,
+                    received_mono_ms: t + 3,
+                    version,
+                    ceiling_unix_ms: ceiling,
+                    central_unix_ms: WALL + t,
+                };
+                return (holder_top, claim, Held::claimed(&s, &claim, &written));
+            }
+            t += 100;
+            assert!(t < 10 * MAX_DURATION_MS, "the claimer never claimed");
+        }
+    }
+
+    #[test]
+    fn a_restored_table_never_lets_a_claimer_start_among_the_ids_of_the_holder_it_forgot() {
+        let s = settings();
+        let (mut runs, mut unfenced_overlaps) = (0, 0);
+        for forgets in [
+            Forgets::DumpWhileHeld,
+            Forgets::DumpWhileFree,
+            Forgets::DumpWhileClaimersOwn,
+            Forgets::FloorCleared,
+        ] {
+            for holder_offset in [-3_600_000, -30_000, 0, 30_000, 3_600_000] {
+                for renewals in [0, 1, 4] {
+                    for seen_before in [false, true] {
+                        for restore_after in [1, s.renew_after_ms() / 2, s.usable_ms() - 1] {
+                            let (holder_top, claim, taken) = forget_and_claim(
+                                forgets,
+                                holder_offset,
+                                renewals,
+                                seen_before,
+                                restore_after,
+                            );
+                            runs += 1;
+                            let floor = taken.floor_unix_ms.unwrap();
+                            assert!(
+                                floor >= holder_top,
+                                "{forgets:?} offset {holder_offset} renewals {renewals} \
+                                 seen {seen_before} after {restore_after}: the claimer starts \
+                                 above {floor}, the holder issued up to {holder_top}"
+                            );
+                            if claim.floor_unix_ms.unwrap_or(i64::MIN) < holder_top {
+                                unfenced_overlaps += 1;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(runs, 4 * 5 * 3 * 2 * 3);
+        // Without the fence (the row's floor alone) most runs would start
+        // a claimer among the holder's IDs: the test can fail.
+        assert!(
+            unfenced_overlaps * 2 >= runs,
+            "only {unfenced_overlaps} of {runs} runs need the fence"
+        );
     }
 }

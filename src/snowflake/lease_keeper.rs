@@ -5,24 +5,37 @@
 //! tells both generators what they may issue. The rules are `lease.rs`'s;
 //! this is the glue: SPI, clocks, the generators.
 //!
+//! * Every claim and renewal reads the central server's clock through
+//!   `pg_idgen.lease_clock_table` in its transaction, before the CAS: the
+//!   restore fence (`lease.rs`). That table must be on the lease table's
+//!   own foreign server, or the keeper claims and renews nothing and says
+//!   how to create it.
 //! * Claim: read the rows, let `LeaseWatch` choose (this server's previous
 //!   id, its own row, the lowest free or expired one), CAS the row. The
-//!   generators switch to the id with `Generator::take_lease`: above the
-//!   row's floor, below the recorded ceiling, until the monotonic deadline.
+//!   generators switch to the id with `Generator::take_lease` once
+//!   `Held::wait_before_issuing_ms` allows (the clock near the fenced
+//!   floor, the ceiling above it; `lease_problem` says until when
+//!   meanwhile): above the floor, below the recorded ceiling, until the
+//!   monotonic deadline.
 //! * Renew from a third of the duration on; a renewal that arrives in time
 //!   raises ceiling and deadline (`renew_lease`). One that finds the row
 //!   changed (no row, or 40001 through postgres_fdw) means the lease is
 //!   lost: the generators stop at once and the keeper claims again. One
 //!   that fails (the central server unreachable) changes nothing: the
 //!   generators stop by themselves at the deadline, after which the lease
-//!   is over and the keeper claims again. A row a session holds locked on
+//!   is over and the keeper claims again — never renews: a table restored
+//!   meanwhile could bring back this lease's very version after another
+//!   server held the id. A row a session holds locked on
 //!   the central server (the pinned `lock_timeout` fails the claim or
 //!   renewal with 55P03) is passed over for a lease duration: the keeper
 //!   claims another free id.
-//! * After each renewal it reads the table again, to tell a live server
-//!   holding rows under its name (`lease::LeaseWatch::namesakes`).
+//! * After each renewal it reads the table again, and tells (a WARNING,
+//!   and `lease_problem`) a live server holding rows under its name
+//!   (`LeaseWatch::namesakes`) or under another lease duration
+//!   (`LeaseWatch::other_durations`), a central clock that went back
+//!   (`CentralClock`), and its own clock running ahead of the central one.
 //! * At shutdown (SIGTERM) the generators stop, then the row is given up
-//!   with the ceiling as its floor, so the id is free at once.
+//!   with the exact floor, so the id is free at once.
 //! * Seeding: the rows `0 ..= lease::leased_max_machine_id(layout)` (at
 //!   most 1,024 whatever the machine bits) are inserted before the first
 //!   read, and again before the next read whenever one finds some missing.
@@ -39,16 +52,21 @@
 //! setting that bounds every transaction of the extension on a central
 //! server.
 
+use super::clock::to_timestamptz;
 use super::clock::{mono_now_ms, now_unix_ms};
 use super::config::{lease_holder, lease_settings, setting_text};
 use super::generator::Generator;
 use super::lease::{
-    holder_name, holder_of_this_start, leased_max_machine_id, needs_seeding, read_sql, seed_sql,
-    Claim, ClaimChoice, Claimant, Held, LeaseRow, LeaseSettings, LeaseWatch, Written,
+    clock_ahead_of_central_ms, clock_foreign_table_sql, clock_sql, holder_name,
+    holder_of_this_start, leased_max_machine_id, needs_seeding, read_sql, seed_sql, CentralClock,
+    Claim, ClaimChoice, Claimant, Held, IssueWait, LeaseRow, LeaseSettings, LeaseWatch, Written,
+    CENTRAL_CLOCK_SLACK_MS, CLOCK_VIEW_SQL,
 };
 use super::shared::{snowflake, Snowflake};
 use crate::bgworker;
+use crate::catalog::quote_identifier;
 use crate::errors::{IdgenError, StoredError};
+use crate::failpoints::failpoint;
 use crate::gucs;
 use crate::remote_session;
 use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder, BgWorkerStartTime};
@@ -175,9 +193,13 @@ pub extern "C-unwind" fn pg_idgen_lease_keeper_main(_arg: pg_sys::Datum) {
         table: None,
         watch: LeaseWatch::new(),
         held: None,
+        handed_over: false,
         previous: None,
         seeded: false,
         avoid: Vec::new(),
+        central_clock: CentralClock::default(),
+        waiting: None,
+        warnings: Vec::new(),
     };
     loop {
         if bgworker::reload_if_asked() {
@@ -221,6 +243,12 @@ struct Keeper {
     table: Option<String>,
     watch: LeaseWatch,
     held: Option<Held>,
+    /// Whether the generators were given `held` (`Generator::take_lease`):
+    /// a claimed lease waits for `Held::wait_before_issuing_ms`. A flag,
+    /// not `LeaseShared::machine`: a keeper that died without stopping
+    /// the generators leaves that set, and its successor must hand its own
+    /// claim over rather than renew the old lease.
+    handed_over: bool,
     previous: Option<i32>,
     /// The last read found every row `0 ..= max_machine`; until then each
     /// read seeds the missing ones first.
@@ -228,12 +256,33 @@ struct Keeper {
     /// Ids whose row was locked on the central server at the last try,
     /// and until when (monotonic ms) not to try them again.
     avoid: Vec<(i32, i64)>,
+    /// The central clock as read by this keeper's claims and renewals.
+    central_clock: CentralClock,
+    /// Why the claimed lease is not with the generators yet.
+    waiting: Option<String>,
+    /// What the last successful write and read found wrong, to tell.
+    warnings: Vec<String>,
+}
+
+/// The relations the keeper reads, as found: quoted names.
+struct Tables {
+    lease: String,
+    clock: String,
+}
+
+/// A relation named by a setting, as the catalog has it: its quoted name,
+/// and its foreign server's name and options (`None`: local).
+struct Found {
+    qualified: String,
+    server: Option<String>,
+    options: Option<String>,
 }
 
 impl Keeper {
     /// After a reload: `pg_idgen.snowflake_max_lead` (the one lease setting
-    /// a reload can change) reaches the ceiling of the next renewal. A
-    /// value the lease rules refuse keeps the one before, and says so.
+    /// a reload can change) reaches the ceiling of the next renewal and the
+    /// hand-over of a claimed lease. A value the lease rules refuse keeps
+    /// the one before, and says so.
     fn reread_settings(&mut self) {
         match lease_settings() {
             Ok(settings) => self.settings = settings,
@@ -245,16 +294,27 @@ impl Keeper {
 
     /// One step; returns how long to sleep (ms).
     fn step(&mut self) -> i64 {
-        let Some(table) = self.find_table() else {
+        if self
+            .held
+            .as_ref()
+            .is_some_and(|held| mono_now_ms() >= held.stop_at_mono_ms)
+        {
+            // The deadline passed with no renewal (the generators stopped
+            // by themselves): the lease is over, whatever happens to the
+            // tables meanwhile.
+            self.end_lease();
+        }
+        let Some(tables) = self.find_tables() else {
             return RETRY_MS;
         };
         match self.held.clone() {
-            Some(held) if held.renew_due(mono_now_ms()) => self.renew(&table, &held),
-            Some(held) => held.renew_at_mono_ms - mono_now_ms(),
-            None => self.claim(&table),
+            Some(held) if held.renew_due(mono_now_ms()) => self.renew(&tables, &held),
+            Some(_) => self.hand_over_when_ready(),
+            None => self.claim(&tables),
         }
     }
 
+    /// A failure: counted, logged once, and `lease_problem`.
     fn problem(&self, text: &str) {
         self.state.lease.failures.fetch_add(1, Ordering::Relaxed);
         if self.state.lease.problem.get() != text {
@@ -263,72 +323,129 @@ impl Keeper {
         self.state.lease.problem.set(text);
     }
 
-    /// The lease table's quoted name, looked up at every step (a local
-    /// catalog read): its server's `options` must pin the central session
-    /// (`remote_session.rs`), and an `ALTER SERVER` takes effect at once.
-    fn find_table(&mut self) -> Option<String> {
-        let name = setting_text(&gucs::LEASE_TABLE);
+    /// After a successful step: `lease_problem` is what the keeper waits
+    /// for and what it found wrong ("" when nothing), logged once — a
+    /// WARNING when something is wrong.
+    fn publish(&self) {
+        let text = self
+            .waiting
+            .iter()
+            .chain(&self.warnings)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("; ");
+        if self.state.lease.problem.get() != text {
+            if !self.warnings.is_empty() {
+                pgrx::warning!("pg_idgen lease keeper: {text}");
+            } else if !text.is_empty() {
+                pgrx::log!("pg_idgen lease keeper: {text}");
+            }
+        }
+        self.state.lease.problem.set(&text);
+    }
+
+    /// The lease table and the central clock's table, looked up at every
+    /// step (a local catalog read): the lease table's server `options`
+    /// must pin the central session (`remote_session.rs`), the clock must
+    /// be read through the same server, and an `ALTER SERVER` or a new
+    /// table takes effect at once.
+    fn find_tables(&mut self) -> Option<Tables> {
+        let lease_name = setting_text(&gucs::LEASE_TABLE);
+        let clock_name = setting_text(&gucs::LEASE_CLOCK_TABLE);
+        let database = setting_text(&gucs::LEASE_DATABASE);
         let found = run(|| {
             Spi::connect(|client| {
-                let rows = client.select(
-                    &format!(
-                        "SELECT c.oid::pg_catalog.regclass::pg_catalog.text, s.srvname::pg_catalog.text, {} \
-                           FROM pg_catalog.pg_class c \
-                           LEFT JOIN pg_catalog.pg_foreign_table f ON f.ftrelid OPERATOR(pg_catalog.=) c.oid \
-                           LEFT JOIN pg_catalog.pg_foreign_server s ON s.oid OPERATOR(pg_catalog.=) f.ftserver \
-                          WHERE c.oid OPERATOR(pg_catalog.=) pg_catalog.to_regclass($1)",
-                        remote_session::SERVER_OPTIONS_SQL
-                    ),
-                    Some(1),
-                    &[name.as_str().into()],
-                )?;
-                if rows.is_empty() {
-                    return Ok(None);
-                }
-                let row = rows.first();
-                Ok(Some((
-                    row.get::<String>(1)?.unwrap_or_default(),
-                    row.get::<String>(2)?,
-                    row.get::<String>(3)?,
-                )))
+                let look = |name: &str| -> Result<Option<Found>, pgrx::spi::Error> {
+                    let rows = client.select(
+                        &format!(
+                            "SELECT c.oid::pg_catalog.regclass::pg_catalog.text, s.srvname::pg_catalog.text, {} \
+                               FROM pg_catalog.pg_class c \
+                               LEFT JOIN pg_catalog.pg_foreign_table f ON f.ftrelid OPERATOR(pg_catalog.=) c.oid \
+                               LEFT JOIN pg_catalog.pg_foreign_server s ON s.oid OPERATOR(pg_catalog.=) f.ftserver \
+                              WHERE c.oid OPERATOR(pg_catalog.=) pg_catalog.to_regclass($1)",
+                            remote_session::SERVER_OPTIONS_SQL
+                        ),
+                        Some(1),
+                        &[name.into()],
+                    )?;
+                    if rows.is_empty() {
+                        return Ok(None);
+                    }
+                    let row = rows.first();
+                    Ok(Some(Found {
+                        qualified: row.get::<String>(1)?.unwrap_or_default(),
+                        server: row.get::<String>(2)?,
+                        options: row.get::<String>(3)?,
+                    }))
+                };
+                Ok(Some((look(&lease_name)?, look(&clock_name)?)))
             })
         });
-        match found {
-            Outcome::Done((qualified, server, options)) => {
-                let database = setting_text(&gucs::LEASE_DATABASE);
-                self.state.lease.source.set(&format!(
-                    "{} ({database}.{qualified})",
-                    server.as_deref().unwrap_or("local table")
-                ));
-                self.table = Some(qualified.clone());
-                if let Some(server) = server {
-                    if let Some(problem) = remote_session::problem(options.as_deref()) {
-                        let unsafe_session = IdgenError::RemoteSessionUnsafe {
-                            server,
-                            problem,
-                            options,
-                        }
-                        .stored();
-                        self.problem(&format!(
-                            "{} (no lease is claimed or renewed through it). {}",
-                            unsafe_session.message, unsafe_session.hint
-                        ));
-                        return None;
-                    }
-                }
-                Some(qualified)
-            }
-            Outcome::NoMatch => {
-                self.problem(&format!(
-                    "pg_idgen.lease_table \"{name}\" does not exist in database \"{}\" (create the foreign table over the central idgen_machine_lease)",
-                    setting_text(&gucs::LEASE_DATABASE)
-                ));
-                None
-            }
+        let (lease, clock) = match found {
+            Outcome::Done(found) => found,
+            Outcome::NoMatch => return None,
             Outcome::Failed(e) => {
                 self.problem(&e.message);
+                return None;
+            }
+        };
+        let Some(lease) = lease else {
+            self.problem(&format!(
+                "pg_idgen.lease_table \"{lease_name}\" does not exist in database \"{database}\" (create the foreign table over the central idgen_machine_lease)"
+            ));
+            return None;
+        };
+        self.state.lease.source.set(&format!(
+            "{} ({database}.{})",
+            lease.server.as_deref().unwrap_or("local table"),
+            lease.qualified
+        ));
+        self.table = Some(lease.qualified.clone());
+        if let Some(server) = &lease.server {
+            if let Some(problem) = remote_session::problem(lease.options.as_deref()) {
+                let unsafe_session = IdgenError::RemoteSessionUnsafe {
+                    server: server.clone(),
+                    problem,
+                    options: lease.options.clone(),
+                }
+                .stored();
+                self.problem(&format!(
+                    "{} (no lease is claimed or renewed through it). {}",
+                    unsafe_session.message, unsafe_session.hint
+                ));
+                return None;
+            }
+        }
+        let where_it_goes = |server: &Option<String>| match server {
+            Some(server) => format!("foreign server \"{server}\""),
+            None => "this server (a local relation)".to_string(),
+        };
+        let create = match &lease.server {
+            Some(server) => format!(
+                "on the central server: {CLOCK_VIEW_SQL}; and here, in database \"{database}\": {};",
+                clock_foreign_table_sql(&clock_name, &quote_identifier(server))
+            ),
+            None => format!("here, beside the local lease table: {CLOCK_VIEW_SQL};"),
+        };
+        match clock {
+            None => {
+                self.problem(&format!(
+                    "pg_idgen.lease_clock_table \"{clock_name}\" does not exist in database \"{database}\": no lease is claimed or renewed without the central server's clock, which keeps a restored lease table from repeating IDs. Create it {create}"
+                ));
                 None
             }
+            Some(clock) if clock.server != lease.server => {
+                self.problem(&format!(
+                    "pg_idgen.lease_clock_table \"{clock_name}\" is on {}, the lease table on {}: the clock must be the lease table's own server's, or it guards nothing. Create it {create}",
+                    where_it_goes(&clock.server),
+                    where_it_goes(&lease.server)
+                ));
+                None
+            }
+            Some(clock) => Some(Tables {
+                lease: lease.qualified,
+                clock: clock.qualified,
+            }),
         }
     }
 
@@ -357,14 +474,28 @@ impl Keeper {
         })
     }
 
-    /// Runs a claim or renewal statement; `None` from the body: no row.
-    fn write(&self, sql: &str, machine: i32, version: i64) -> Outcome<Written> {
+    /// Runs a claim or renewal statement in a transaction that first
+    /// reads the central clock (its ceiling is held to it); `None` from
+    /// the statement: no row.
+    fn write(&self, tables: &Tables, sql: &str, machine: i32, version: i64) -> Outcome<Written> {
         let sent_mono = mono_now_ms();
         let sent_wall = now_unix_ms();
-        let ceiling = self.settings.ceiling_unix_ms(sent_wall);
         let until = self.settings.stops_by_unix_ms(sent_wall);
         let outcome = run(|| {
             Spi::connect_mut(|client| {
+                let clock = client.select(&clock_sql(&tables.clock), Some(2), &[])?;
+                let rows = clock.len();
+                let central = match rows {
+                    1 => clock.first().get::<i64>(1)?,
+                    _ => None,
+                };
+                let Some(central) = central else {
+                    return Ok(Some(Err(format!(
+                        "pg_idgen.lease_clock_table {} gave {rows} rows, not one row with a unix_ms: it must be a foreign table over the central server's view ({CLOCK_VIEW_SQL})",
+                        tables.clock
+                    ))));
+                };
+                let ceiling = self.settings.ceiling_unix_ms(sent_wall, central);
                 let rows = client.update(
                     sql,
                     None,
@@ -381,11 +512,12 @@ impl Keeper {
                 if rows.is_empty() {
                     return Ok(None);
                 }
-                rows.first().get::<i64>(1)
+                let version = rows.first().get::<i64>(1)?.unwrap_or(i64::MIN);
+                Ok(Some(Ok((version, ceiling, central))))
             })
         });
         match outcome {
-            Outcome::Done(new_version) => {
+            Outcome::Done(Ok((new_version, ceiling, central))) => {
                 self.state
                     .lease
                     .until_unix_ms
@@ -395,16 +527,42 @@ impl Keeper {
                     received_mono_ms: mono_now_ms(),
                     version: new_version,
                     ceiling_unix_ms: ceiling,
+                    central_unix_ms: central,
                 })
             }
+            Outcome::Done(Err(message)) => Outcome::Failed(StoredError {
+                sqlstate: PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE as i32,
+                message,
+                hint: String::new(),
+            }),
             Outcome::NoMatch => Outcome::NoMatch,
             Outcome::Failed(e) => Outcome::Failed(e),
         }
     }
 
-    fn claim(&mut self, table: &str) -> i64 {
+    /// What a successful write says of the clocks: the central clock went
+    /// back, or this server's runs ahead of it (`warnings`). Then records
+    /// the reading.
+    fn check_clocks(&mut self, written: &Written, sent_unix_ms: i64) {
+        self.warnings.clear();
+        if let Some(back) = self.central_clock.went_back_ms(written.central_unix_ms) {
+            self.warnings.push(format!(
+                "the central server's clock went back {:.1} s since this server last read it (through pg_idgen.lease_clock_table): a lease table restored while it is behind could let a server start among IDs issued before; this server claims above the highest reading it saw, but keep the central server's clock (and its standbys') set right",
+                back as f64 / 1000.0
+            ));
+        }
+        self.central_clock.observe(written.central_unix_ms);
+        if let Some(ahead) = clock_ahead_of_central_ms(written, sent_unix_ms) {
+            self.warnings.push(format!(
+                "this server's clock is {:.1} s ahead of the central server's: a lease's ceiling is at most the central clock plus the lease and {CENTRAL_CLOCK_SLACK_MS} ms, so this server issues less far ahead of its clock, and nothing once it is ahead by about the lease less the time between renewals; set its clock right (NTP)",
+                ahead as f64 / 1000.0
+            ));
+        }
+    }
+
+    fn claim(&mut self, tables: &Tables) -> i64 {
         let seeded_by_this_read = !self.seeded;
-        let rows = match self.read_rows(table) {
+        let rows = match self.read_rows(&tables.lease) {
             Outcome::Done(rows) => rows,
             Outcome::NoMatch => return READ_AGAIN_MS,
             Outcome::Failed(e) => {
@@ -418,6 +576,7 @@ impl Keeper {
             return READ_AGAIN_MS;
         }
         self.watch.observe(rows, mono_now_ms());
+        failpoint("lease-after-read");
         let avoid = self.avoided_now();
         let claim: Claim = match self.watch.choose(&self.claimant(&avoid), mono_now_ms()) {
             Ok(ClaimChoice::Take(claim)) => claim,
@@ -433,15 +592,21 @@ impl Keeper {
                 return RETRY_MS;
             }
         };
-        let sql = super::lease::claim_sql(table);
-        match self.write(&sql, claim.machine_id, claim.version) {
+        let sql = super::lease::claim_sql(&tables.lease);
+        let sent_wall = now_unix_ms();
+        match self.write(tables, &sql, claim.machine_id, claim.version) {
             Outcome::Done(written) => {
-                let held = Held::claimed(&self.settings, &claim, &written);
-                self.apply(&held, true);
+                // The fence starts above the highest central time seen.
+                let fenced = Written {
+                    central_unix_ms: self.central_clock.fence_base_ms(written.central_unix_ms),
+                    ..written
+                };
+                self.check_clocks(&written, sent_wall);
+                let held = Held::claimed(&self.settings, &claim, &fenced);
                 self.previous = Some(held.machine_id);
                 self.held = Some(held);
-                self.state.lease.problem.set("");
-                0
+                self.handed_over = false;
+                self.hand_over_when_ready()
             }
             Outcome::NoMatch => 0, // someone else won: read again
             Outcome::Failed(e) if row_locked(&e) => {
@@ -457,6 +622,47 @@ impl Keeper {
                 RETRY_MS
             }
         }
+    }
+
+    /// Gives the held lease to the generators once
+    /// `Held::wait_before_issuing_ms` allows, saying meanwhile until when
+    /// (`lease_problem`, published at each look); returns how long to
+    /// sleep: until then, or until the next renewal.
+    fn hand_over_when_ready(&mut self) -> i64 {
+        let Some(held) = self.held.clone() else {
+            return 0;
+        };
+        let until_renewal = held.renew_at_mono_ms - mono_now_ms();
+        if self.handed_over {
+            return until_renewal;
+        }
+        let sleep = match held.wait_before_issuing_ms(now_unix_ms(), self.settings.max_lead_ms) {
+            None => {
+                self.apply(&held, true);
+                self.handed_over = true;
+                self.waiting = None;
+                until_renewal
+            }
+            Some(IssueWait::ForClock { ms, until_unix_ms }) => {
+                self.waiting = Some(format!(
+                    "machine id {} is claimed; its first ID waits until {}: a claim starts above the central server's clock plus the lease duration and {CENTRAL_CLOCK_SLACK_MS} ms, so that a restored lease table cannot repeat the IDs of a holder it forgot, and snowflake time may run only pg_idgen.snowflake_max_lead ({} ms) ahead of this server's clock",
+                    held.machine_id,
+                    to_timestamptz(until_unix_ms),
+                    self.settings.max_lead_ms
+                ));
+                ms.min(until_renewal)
+            }
+            Some(IssueWait::ForCeiling) => {
+                self.waiting = Some(format!(
+                    "machine id {} is claimed; its first ID waits for a renewal to raise the lease's ceiling above the floor it starts from, {}: a holder issues no time above the central server's clock plus the lease and {CENTRAL_CLOCK_SLACK_MS} ms, and a claim starts above the row's floor and the central clock plus a lease and {CENTRAL_CLOCK_SLACK_MS} ms, so that a restored lease table cannot repeat the IDs of a holder it forgot",
+                    held.machine_id,
+                    held.floor_unix_ms.map_or("none".into(), |f| to_timestamptz(f).to_string())
+                ));
+                until_renewal
+            }
+        };
+        self.publish();
+        sleep
     }
 
     /// This server as `LeaseWatch` sees it, passing over `avoid`.
@@ -485,40 +691,37 @@ impl Keeper {
         self.avoid.push((machine_id, until));
     }
 
-    fn renew(&mut self, table: &str, held: &Held) -> i64 {
-        let sql = super::lease::renew_sql(table);
-        match self.write(&sql, held.machine_id, held.version) {
+    fn renew(&mut self, tables: &Tables, held: &Held) -> i64 {
+        failpoint("lease-before-renew");
+        let sql = super::lease::renew_sql(&tables.lease);
+        let sent_wall = now_unix_ms();
+        match self.write(tables, &sql, held.machine_id, held.version) {
             Outcome::Done(written) => {
                 let renewed = held.renewed(&self.settings, &written);
-                self.apply(&renewed, false);
+                if self.handed_over {
+                    self.apply(&renewed, false);
+                }
                 self.held = Some(renewed);
                 self.state.lease.renewals.fetch_add(1, Ordering::Relaxed);
-                match self.look_for_namesakes(table) {
-                    Some(text) => {
-                        if self.state.lease.problem.get() != text {
-                            pgrx::warning!("pg_idgen lease keeper: {text}");
-                        }
-                        self.state.lease.problem.set(&text);
-                    }
-                    None => self.state.lease.problem.set(""),
-                }
-                0
+                self.check_clocks(&written, sent_wall);
+                self.look_at_other_holders(&tables.lease);
+                let sleep = self.hand_over_when_ready();
+                self.publish();
+                sleep
             }
             Outcome::NoMatch => {
-                self.stop();
+                self.end_lease();
                 self.problem(&format!(
                     "the lease of machine id {} was lost (its row changed on the central server); claiming again",
                     held.machine_id
                 ));
-                self.held = None;
                 0
             }
             Outcome::Failed(e) if mono_now_ms() >= held.stop_at_mono_ms => {
                 // The deadline passed (the generators stopped by
                 // themselves): the lease is over. Claim again — another id
                 // if a session holds this one's row locked.
-                self.stop();
-                self.held = None;
+                self.end_lease();
                 if row_locked(&e) {
                     self.avoid_for_a_lease(held.machine_id);
                 }
@@ -537,25 +740,36 @@ impl Keeper {
         }
     }
 
-    /// After a renewal: reads the rows again; what to say if another live
-    /// server holds some under this server's name. Each of the two says
-    /// it: their rows are renewed under each other's eyes.
-    fn look_for_namesakes(&mut self, table: &str) -> Option<String> {
+    /// After a renewal: reads the rows again, and adds to `warnings` what
+    /// they show of other live servers: one holding rows under this
+    /// server's name (each of the two says it: their rows are renewed
+    /// under each other's eyes), or under another lease duration.
+    fn look_at_other_holders(&mut self, table: &str) {
         let rows = match self.read_rows(table) {
             Outcome::Done(rows) => rows,
             // The next renewal looks again.
-            Outcome::NoMatch | Outcome::Failed(_) => return None,
+            Outcome::NoMatch | Outcome::Failed(_) => return,
         };
-        self.watch.observe(rows, mono_now_ms());
-        let namesakes = self.watch.namesakes(&self.claimant(&[]), mono_now_ms());
-        if namesakes.is_empty() {
-            return None;
+        let now = mono_now_ms();
+        self.watch.observe(rows, now);
+        let me = self.claimant(&[]);
+        let namesakes = self.watch.namesakes(&me, now);
+        let other_durations = self
+            .watch
+            .other_durations(&me, self.settings.duration_ms, now);
+        if !namesakes.is_empty() {
+            let name = holder_name(&self.holder);
+            self.warnings.push(format!(
+                "another live server leases machine id(s) {namesakes:?} under this server's name \"{name}\" (this server holds machine id {}): a clone of this server, or two servers given one pg_idgen.lease_holder; the machine ids stay distinct, but give each server its own name (set pg_idgen.lease_holder, or leave it empty for host:port:data directory)",
+                self.previous.unwrap_or(-1)
+            ));
         }
-        let name = holder_name(&self.holder);
-        Some(format!(
-            "another live server leases machine id(s) {namesakes:?} under this server's name \"{name}\" (this server holds machine id {}): a clone of this server, or two servers given one pg_idgen.lease_holder; the machine ids stay distinct, but give each server its own name (set pg_idgen.lease_holder, or leave it empty for host:port:data directory)",
-            self.previous.unwrap_or(-1)
-        ))
+        if !other_durations.is_empty() {
+            self.warnings.push(format!(
+                "live servers lease machine ids under another pg_idgen.lease_duration than this server's {} ms (machine id, duration ms: {other_durations:?}): give every server sharing the lease table one lease duration — a claim fences above its own and a held row's, not above that of a holder a restored table forgot",
+                self.settings.duration_ms
+            ));
+        }
     }
 
     /// Tells both generators what the lease allows.
@@ -591,20 +805,30 @@ impl Keeper {
 
     /// Stops both generators; returns the Unix time of the last ID either
     /// handed out (no call hands out one above it afterwards).
-    fn stop(&self) -> i64 {
+    fn stop(&mut self) -> i64 {
         let last = [&self.state.main, &self.state.javascript]
             .map(|g| g.layout().epoch_ms + g.drop_lease())
             .into_iter()
             .max()
             .unwrap_or(i64::MIN);
         self.state.lease.machine.store(-1, Ordering::Release);
+        self.handed_over = false;
+        self.waiting = None;
         last
+    }
+
+    /// The lease is over (lost, or run out): stop, and forget it — it is
+    /// not renewed, and not given up.
+    fn end_lease(&mut self) {
+        self.stop();
+        self.held = None;
     }
 
     /// At shutdown: stop issuing, then free the row with the exact floor:
     /// the higher of the floor it had when claimed (every earlier holder's
-    /// IDs) and this server's last ID — never lower, and never above this
-    /// server's ceiling — so a restart (or anyone) issues at once.
+    /// IDs, and the restore fence) and this server's last ID — never
+    /// lower, and never above this server's ceiling — so a restart (or
+    /// anyone) claims it at once.
     fn give_up(&mut self) {
         let last_issued = self.stop();
         let (Some(held), Some(table)) = (self.held.take(), self.table.clone()) else {
@@ -622,7 +846,6 @@ impl Keeper {
                     None,
                     &[
                         held.machine_id.into(),
-                        held.version.into(),
                         self.holder.as_str().into(),
                         floor.into(),
                     ],

@@ -1,6 +1,6 @@
 """Test-only failpoints, for the tests that force an interleaving
-(test_ddl_and_workers.py, test_blocks.py, test_remote.py). The queries and
-ID checks the tests share are in helpers.py.
+(test_ddl_and_workers.py, test_blocks.py, test_remote.py, test_lease.py).
+The queries and ID checks the tests share are in helpers.py.
 
 Failpoints exist only in builds with the cargo feature `failpoints`. At a
 named point, the server looks for the file `<PGDATA>/pg_idgen_failpoints/<name>`:
@@ -9,7 +9,9 @@ named point, the server looks for the file `<PGDATA>/pg_idgen_failpoints/<name>`
 - content `error`: it raises an ERROR there (in the worker before it
   connects, the worker exits while starting).
 Names: `worker-start`, `worker-before-refill`, `worker-remote-before-commit`,
-`worker-before-publish`.
+`worker-before-publish`, `worker-before-give-back`; the lease keeper's
+`lease-before-renew` and `lease-after-read` (src/failpoints.rs says where
+each is).
 """
 
 import contextlib

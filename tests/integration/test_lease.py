@@ -1,9 +1,15 @@
 """Leased snowflake machine ids (pg_idgen.machine_id = 'lease'): servers
 take their machine id from one table on a central server through
-postgres_fdw, so no two live servers hold the same one. Each server is a
-throwaway cluster of its own; libfaketime sets one server's clock back."""
+postgres_fdw, so no two live servers hold the same one, and a lease table
+that forgets (restored, edited by hand) repeats nothing: every claim
+fences by the central server's clock. Each server is a throwaway cluster
+of its own; libfaketime sets one server's clock back (its backends: the
+lease keeper, a background worker, does not always see libfaketime's
+offset, so a test that needs a clock off the central one for the keeper
+shifts the central server instead)."""
 
 import os
+import re
 import signal
 import threading
 import time
@@ -12,7 +18,8 @@ import psycopg
 import pytest
 
 from helpers import (PINNED, assert_increasing, assert_unique, draw_snowflakes, faketime_env, free_ports,
-                     hand_made_central_table, wait_for)
+                     hand_made_central_table, in_thread, joined, wait_for)
+from adversary import Failpoint
 from proxy import LinkProxy
 
 LEASE_DDL = """CREATE TABLE idgen_machine_lease (
@@ -24,14 +31,24 @@ LEASE_DDL = """CREATE TABLE idgen_machine_lease (
     layout        text,
     lease_until   timestamptz)"""
 
+# The central clock, as docs/many-servers.md creates it.
+CLOCK_VIEW = ("CREATE VIEW idgen_lease_clock AS "
+              "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::int8 AS unix_ms")
+CLOCK_FOREIGN_TABLE = ("CREATE FOREIGN TABLE idgen_lease_clock (unix_ms int8) SERVER central "
+                       "OPTIONS (table_name 'idgen_lease_clock')")
+
 LEASE_CONF = ("pg_idgen.machine_id = 'lease'", "pg_idgen.lease_duration = '3s'",
               "pg_idgen.lease_margin = '200ms'", "pg_idgen.snowflake_max_wait = '500ms'")
 
+# One machine id: every server contends for id 0.
+ONE_ID = ("pg_idgen.snowflake_machine_bits = 0", "pg_idgen.snowflake_sequence_bits = 22")
 
-def central_server(make_cluster, tcp_port=None):
+
+def central_server(make_cluster, tcp_port=None, env=None):
     central = make_cluster(preload=False, tcp_port=tcp_port)
-    central.start()
+    central.start(extra_env=env)
     central.sql(LEASE_DDL)
+    central.sql(CLOCK_VIEW)
     return central
 
 
@@ -48,11 +65,12 @@ def leased_server(make_cluster, central, conf=(), env=None, start=True, via=None
     return server
 
 
-def start_leased(server, central, env=None, options=PINNED, via=None):
-    """Starts the server and gives it the foreign table its lease keeper
-    looks for (it retries until the table is there); `options`: the
-    server's libpq options (None: none); `via`: a LinkProxy it reaches the
-    central server through."""
+def start_leased(server, central, env=None, options=PINNED, via=None, clock=True):
+    """Starts the server and gives it the foreign tables its lease keeper
+    looks for (it retries until they are there): the lease table and, if
+    `clock`, the central clock's; `options`: the server's libpq options
+    (None: none); `via`: a LinkProxy it reaches the central server
+    through."""
     host, port = ("127.0.0.1", via.port) if via else (central.dir, central.port)
     server.start(extra_env=env)
     # pg_idgen.snowflake_database (postgres): where the mark is WAL-logged.
@@ -67,6 +85,7 @@ def start_leased(server, central, env=None, options=PINNED, via=None):
             "CREATE FOREIGN TABLE idgen_machine_lease (machine_id int4 NOT NULL, holder text, "
             "version int8 NOT NULL, lease_ms int8 NOT NULL, floor_unix_ms int8, layout text, "
             "lease_until timestamptz) SERVER central OPTIONS (table_name 'idgen_machine_lease')",
+            *([CLOCK_FOREIGN_TABLE] if clock else []),
         ]:
             server.sql(statement)
 
@@ -183,34 +202,39 @@ def test_a_holder_cut_off_from_the_central_server_stops_and_recovers(make_cluste
 
 def test_giving_up_never_lowers_the_floor_below_an_earlier_holders_ids(make_cluster):
     """An earlier holder of id 0 issued IDs up to a minute ahead of the
-    clock (its row's floor says so). B (lead 5 s) takes id 0 over, can
-    issue nothing yet, and stops cleanly: the floor it leaves must not drop
-    to its own, lower ceiling. C (lead 2 min) then claims id 0 and issues
-    only above the earlier holder's floor."""
-    narrow = ("pg_idgen.snowflake_machine_bits = 0", "pg_idgen.snowflake_sequence_bits = 22")
+    clock (its row's floor says so). B claims id 0, can give nothing to
+    its generators yet (its ceiling, held to the central clock, is below
+    that floor), and stops cleanly: the row is given up (by B's holder,
+    whatever its renewals did to the version meanwhile), and the floor it
+    leaves must not drop below the earlier holder's. C then claims id 0
+    and is told its first ID waits for the floor."""
     central = central_server(make_cluster)
     ahead_ms = 60_000
     central.sql("INSERT INTO idgen_machine_lease (machine_id, version, lease_ms, floor_unix_ms) "
                 "VALUES (0, 0, 0, (extract(epoch FROM clock_timestamp()) * 1000)::bigint + %s)",
                 (ahead_ms,))
     (earlier_floor,), = central.sql("SELECT floor_unix_ms FROM idgen_machine_lease")
-    b = leased_server(make_cluster, central, conf=narrow)
+    b = leased_server(make_cluster, central, conf=ONE_ID)
     server_db(b)
-    assert wait_for(lambda: holds_lease(b), timeout=60)
+    held_by = lambda: central.sql("SELECT holder FROM idgen_machine_lease")[0][0]  # noqa: E731
+    assert wait_for(lambda: held_by() is not None, timeout=60), lease_of(b)
+    # Some renewals, so that a stop may land while one is in flight.
+    assert wait_for(lambda: central.sql("SELECT version FROM idgen_machine_lease")[0][0] >= 4,
+                    timeout=60)
     with pytest.raises(psycopg.Error) as stuck:
         draw_snowflakes(b, 1, dbname=server_db(b))
     assert stuck.value.sqlstate == "55000"
+    assert "waits for a renewal to raise the lease's ceiling" in str(stuck.value), str(stuck.value)
     b.stop()
     (floor, holder), = central.sql("SELECT floor_unix_ms, holder FROM idgen_machine_lease")
-    assert holder is None
+    assert holder is None, "B's clean stop did not give the row up"
     assert floor >= earlier_floor, "a clean stop lowered the floor below an earlier holder's IDs"
-    c = leased_server(make_cluster, central, conf=(*narrow, "pg_idgen.snowflake_max_lead = '2min'"))
+    c = leased_server(make_cluster, central, conf=(*ONE_ID, "pg_idgen.snowflake_max_lead = '2min'"))
     server_db(c)
-    assert wait_for(lambda: holds_lease(c), timeout=60)
-    c_ids = draw_snowflakes(c, 1000, dbname=server_db(c))
-    (first_ms,), = c.sql("SELECT (extract(epoch FROM ts) * 1000)::bigint FROM snowflake_parse(%s)",
-                         (min(c_ids),), dbname=server_db(c))
-    assert first_ms > earlier_floor
+    assert wait_for(lambda: "waits for a renewal" in (lease_of(c)[3] or ""), timeout=60), lease_of(c)
+    with pytest.raises(psycopg.Error) as waiting:
+        draw_snowflakes(c, 1, dbname=server_db(c))
+    assert waiting.value.sqlstate == "55000", waiting.value
 
 
 def test_a_clean_stop_leaves_the_exact_floor_and_a_terminated_keeper_comes_back(make_cluster):
@@ -243,7 +267,8 @@ def test_a_clean_stop_leaves_the_exact_floor_and_a_terminated_keeper_comes_back(
 
 def _lead_recorded_ms(central, machine):
     """The ceiling the holder's last write recorded (floor_unix_ms), less
-    the time it said it stops issuing (lease_until): its max_lead."""
+    the time it said it stops issuing (lease_until): its max_lead, or less
+    where the central clock holds it."""
     (lead,), = central.sql(
         "SELECT floor_unix_ms - round(extract(epoch FROM lease_until) * 1000)::bigint "
         "FROM idgen_machine_lease WHERE machine_id = %s", (machine,))
@@ -253,18 +278,21 @@ def _lead_recorded_ms(central, machine):
 def test_a_reloaded_max_lead_reaches_the_ceiling_of_the_next_renewal(make_cluster):
     """pg_idgen.snowflake_max_lead is reloadable, and the lease's ceiling is
     the lease's end plus it: after a reload, the next renewal records the
-    new lead (it kept the one read at start)."""
+    new lead (it kept the one read at start). A lead beyond the restore
+    fence's 1 s is held to the central clock: the ceiling is never more
+    than the central clock plus the lease's end plus 1 s."""
     central = central_server(make_cluster)
-    a = leased_server(make_cluster, central)
+    a = leased_server(make_cluster, central, conf=("pg_idgen.snowflake_max_lead = '300ms'",))
     server_db(a)
     assert wait_for(lambda: holds_lease(a), timeout=60)
     machine = lease_of(a)[0]
-    assert wait_for(lambda: abs(_lead_recorded_ms(central, machine) - 5_000) <= 1, timeout=30), (
+    assert wait_for(lambda: abs(_lead_recorded_ms(central, machine) - 300) <= 1, timeout=30), (
         _lead_recorded_ms(central, machine))
-    a.sql("ALTER SYSTEM SET pg_idgen.snowflake_max_lead = '60s'")
-    a.sql("SELECT pg_reload_conf()")
-    assert wait_for(lambda: abs(_lead_recorded_ms(central, machine) - 60_000) <= 1, timeout=30), (
-        _lead_recorded_ms(central, machine))
+    for lead, (low, high) in (("800ms", (799, 801)), ("60s", (990, 1_000 + 2_000))):
+        a.sql(f"ALTER SYSTEM SET pg_idgen.snowflake_max_lead = '{lead}'")
+        a.sql("SELECT pg_reload_conf()")
+        assert wait_for(lambda: low <= _lead_recorded_ms(central, machine) <= high, timeout=30), (
+            lead, _lead_recorded_ms(central, machine))
     assert lease_of(a)[3] in (None, ""), lease_of(a)
 
 
@@ -521,52 +549,257 @@ def test_a_layout_change_for_every_server_sharing_the_table_follows_the_readme(m
     assert_unique(old + new)
 
 
-def test_a_lease_table_restored_from_an_older_dump_repeats_nothing_after_the_readme_recovery(
-        make_cluster, tmp_path):
-    """One machine id. Holder A issues; the lease table is dumped; A
-    issues on, its renewals raising the row's floor; then A is cut off
-    (its link dead), and the table is restored from the dump — its floor
-    from before A's later IDs. The README's recovery: A, kept away, stops
-    issuing within its lease; its WAL-logged mark's time raises every
-    floor. Successor B, its clock 30 s behind, then takes the id and
-    issues above every ID of A (without the raise it would start above
-    the dump's stale floor, among A's later IDs)."""
-    narrow = ("pg_idgen.snowflake_machine_bits = 0", "pg_idgen.snowflake_sequence_bits = 22")
+# ---------------------------------------------------------------------------
+# The restore fence: a lease table that forgets repeats nothing, and the
+# fence's setup, its wait and its assumptions are told.
+
+# A lease long enough that a holder cut off from the central server goes on
+# issuing for seconds after the table was restored under it.
+LONG_LEASE = ("pg_idgen.lease_duration = '10s'",)
+
+
+def _issue_densely_until_refused(server, into, timeout=120):
+    """Draws 5,000 snowflake IDs at a time into `into`, back to back, so
+    that nearly every millisecond the server passes through holds IDs of
+    it, until the server refuses; returns that error."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            into += draw_snowflakes(server, 5_000, dbname=server_db(server))
+        except psycopg.Error as e:
+            return e
+    return None
+
+
+def _dump_lease_table(central, path):
+    central.client("pg_dump", "-d", "postgres", "-t", "idgen_machine_lease", "--clean", "-f", str(path))
+
+
+def _restore_lease_table(central, path):
+    restored = central.client("psql", "-v", "ON_ERROR_STOP=1", "-q", "-d", "postgres", "-f", str(path),
+                              check=False)
+    assert restored.returncode == 0, restored.stderr
+
+
+def _version(central):
+    return central.sql("SELECT version FROM idgen_machine_lease WHERE machine_id = 0")[0][0]
+
+
+@pytest.mark.parametrize("dumped", ["while every id was free", "while the holder held it"])
+def test_a_lease_table_restored_under_a_live_holder_never_lets_a_successor_repeat_its_ids(
+        make_cluster, tmp_path, dumped):
+    """One machine id. Holder A claims it and issues densely; the lease
+    table is dumped (before A's claim: the row free, or after it: the row
+    A's, at that version); A renews on, so the dump is behind it. Then A's
+    link to the central server freezes — A goes on issuing until its
+    lease's deadline — and the dump is restored under it, with nothing
+    else done. Successor B, whose clock is 10 s behind and whose lead lets
+    it issue as soon as its lease allows, takes the id. Every ID of B is
+    above every ID of A (before the fence, B started above the restored
+    floor, among A's IDs: thousands repeated)."""
     central, proxy = central_behind_a_proxy(make_cluster)
     try:
-        a = leased_server(make_cluster, central, conf=narrow, via=proxy)
-        assert wait_for(lambda: holds_lease(a), timeout=60), lease_of(a)
-        a_ids = draw_snowflakes(a, 10_000, dbname=server_db(a))
+        central.sql("INSERT INTO idgen_machine_lease (machine_id, version, lease_ms) VALUES (0, 0, 0)")
         dump = tmp_path / "lease.sql"
-        central.client("pg_dump", "-d", "postgres", "-t", "idgen_machine_lease", "--clean", "-f", str(dump))
-        (dumped_floor,), = central.sql("SELECT floor_unix_ms FROM idgen_machine_lease")
-        # A issues on until its renewals have moved the floor well past
-        # the dump's.
-        while central.sql("SELECT floor_unix_ms FROM idgen_machine_lease")[0][0] < dumped_floor + 15_000:
-            a_ids += draw_snowflakes(a, 10_000, dbname=server_db(a))
-            time.sleep(0.2)
-        proxy.freeze_all()
-        refused = _issue_until_refused(a, a_ids)   # A's lease runs out
-        assert refused is not None and refused.sqlstate == "55000", refused
-        restored = central.client("psql", "-v", "ON_ERROR_STOP=1", "-q", "-d", "postgres", "-f", str(dump),
-                                  check=False)
-        assert restored.returncode == 0, restored.stderr
-        assert central.sql("SELECT floor_unix_ms FROM idgen_machine_lease") == [(dumped_floor,)]
-        # The recovery: A's mark (no ID of A is above it), as Unix ms.
-        (mark_ms,), = a.sql(
-            "SELECT (extract(epoch FROM greatest(d.ts, j.ts)) * 1000)::bigint "
-            "FROM snowflake_high_water h, snowflake_parse(greatest(h.default_high_id, 0)) d, "
-            "snowflake_js_parse(greatest(h.javascript_high_id, 0)) j")
-        central.sql("UPDATE idgen_machine_lease SET floor_unix_ms = greatest(coalesce(floor_unix_ms, 0), %s), "
-                    "version = version + 1", (mark_ms,))
-        b = leased_server(make_cluster, central, conf=(*narrow, "pg_idgen.snowflake_max_lead = '60s'"),
-                          start=False)
-        start_leased(b, central, env=faketime_env(-30))
-        assert wait_for(lambda: holds_lease(b), timeout=60), lease_of(b)
+        if dumped == "while every id was free":
+            _dump_lease_table(central, dump)
+            dumped_version = _version(central)
+        a = leased_server(make_cluster, central, conf=(*ONE_ID, *LONG_LEASE), via=proxy)
+        server_db(a)
+        assert wait_for(lambda: holds_lease(a), timeout=60), lease_of(a)
+        a_ids = []
+        drawing, refused = in_thread(_issue_densely_until_refused, a, a_ids)
+        if dumped == "while the holder held it":
+            _dump_lease_table(central, dump)
+            dumped_version = _version(central)
+        assert wait_for(lambda: _version(central) >= dumped_version + 2, timeout=60), \
+            "A did not renew after the dump"
+        b = leased_server(make_cluster, central,
+                          conf=(*ONE_ID, *LONG_LEASE, "pg_idgen.snowflake_max_lead = '60s'"), start=False)
+        start_leased(b, central, env=faketime_env(-10))
+        server_db(b)
+        proxy.freeze_all()   # A is cut off, and issues until its deadline
+        _restore_lease_table(central, dump)
+        assert _version(central) == dumped_version
         b_ids = []
-        assert wait_for(lambda: _issued_into(b, b_ids), timeout=60, interval=0.2), lease_of(b)
+        assert wait_for(lambda: _issued_into(b, b_ids), timeout=90, interval=0.1), lease_of(b)
+        joined(drawing, refused)
+        assert refused["value"] is not None and refused["value"].sqlstate == "55000", refused
         b_ids += draw_snowflakes(b, 20_000, dbname=server_db(b))
-        assert min(b_ids) > max(a_ids)
+        assert len(a_ids) > 10_000
         assert_unique(a_ids + b_ids)
+        assert min(b_ids) > max(a_ids)
     finally:
         proxy.close()
+
+
+def test_a_restore_that_brings_back_the_very_version_a_successor_watched_repeats_nothing(
+        make_cluster, tmp_path):
+    """The ABA of a restore. Holder A's renewal is paused (failpoint
+    lease-before-renew) so its row's version stays; the table is dumped;
+    successor B reads it and is paused there (lease-after-read), blind to
+    what follows. A renews on, twice, then its link freezes (A issues until
+    its deadline) and the dump is restored: the row is back at the very
+    version B saw. B, released, counts that version as unchanged since it
+    first saw it, takes the id over while A still issues — and starts above
+    the central clock plus a lease, not above the restored floor. Every ID
+    of B is above every ID of A."""
+    central, proxy = central_behind_a_proxy(make_cluster)
+    try:
+        a = leased_server(make_cluster, central, conf=(*ONE_ID, *LONG_LEASE), via=proxy)
+        server_db(a)
+        assert wait_for(lambda: holds_lease(a), timeout=60), lease_of(a)
+        a_ids = []
+        drawing, refused = in_thread(_issue_densely_until_refused, a, a_ids)
+        b = leased_server(make_cluster, central,
+                          conf=(*ONE_ID, *LONG_LEASE, "pg_idgen.snowflake_max_lead = '60s'"), start=False)
+        start_leased(b, central, env=faketime_env(-10))
+        server_db(b)
+        a_renewal, b_read = Failpoint(a, "lease-before-renew"), Failpoint(b, "lease-after-read")
+        dump = tmp_path / "lease.sql"
+        try:
+            a_renewal.arm("pause")
+            a_renewal.wait_reached()
+            _dump_lease_table(central, dump)
+            seen = _version(central)
+            b_read.arm("pause")
+            b_read.wait_reached()   # B has read version `seen`, and sees nothing more
+            a_renewal.release()
+            assert wait_for(lambda: _version(central) >= seen + 2, timeout=60), "A did not renew"
+            proxy.freeze_all()      # A is cut off, and issues until its deadline
+            _restore_lease_table(central, dump)
+            assert _version(central) == seen
+        finally:
+            a_renewal.release()
+            b_read.release()
+        b_ids = []
+        assert wait_for(lambda: _issued_into(b, b_ids), timeout=90, interval=0.1), lease_of(b)
+        joined(drawing, refused)
+        assert refused["value"] is not None and refused["value"].sqlstate == "55000", refused
+        b_ids += draw_snowflakes(b, 20_000, dbname=server_db(b))
+        assert len(a_ids) > 10_000
+        assert_unique(a_ids + b_ids)
+        assert min(b_ids) > max(a_ids)
+    finally:
+        proxy.close()
+
+
+def test_a_floor_cleared_by_hand_under_a_killed_holder_never_lets_a_successor_repeat_its_ids(
+        make_cluster):
+    """One machine id. Holder A issues densely for some seconds and is
+    killed (kill -9: nobody gives the row up); its row's floor is then
+    cleared by hand. Successor B, its clock 10 s behind, waits the row
+    out and takes the id: its IDs are above every ID of A (before the
+    fence it started above the cleared floor, at its clock, among A's)."""
+    central = central_server(make_cluster)
+    a = leased_server(make_cluster, central, conf=ONE_ID)
+    server_db(a)
+    assert wait_for(lambda: holds_lease(a), timeout=60), lease_of(a)
+    a_ids = []
+    until = time.monotonic() + 12
+    while time.monotonic() < until:
+        a_ids += draw_snowflakes(a, 5_000, dbname=server_db(a))
+    with open(os.path.join(a.data, "postmaster.pid")) as f:
+        os.kill(int(f.readline()), signal.SIGKILL)
+    central.sql("UPDATE idgen_machine_lease SET floor_unix_ms = NULL")
+    b = leased_server(make_cluster, central, conf=(*ONE_ID, "pg_idgen.snowflake_max_lead = '60s'"),
+                      start=False)
+    start_leased(b, central, env=faketime_env(-10))
+    server_db(b)
+    b_ids = []
+    assert wait_for(lambda: _issued_into(b, b_ids), timeout=90, interval=0.1), lease_of(b)
+    b_ids += draw_snowflakes(b, 20_000, dbname=server_db(b))
+    assert_unique(a_ids + b_ids)
+    assert min(b_ids) > max(a_ids)
+
+
+def test_no_lease_without_the_central_clock_on_the_lease_tables_own_server(make_cluster):
+    """Without pg_idgen.lease_clock_table the keeper claims nothing, and
+    lease_problem (and the 55000 of snowflake_nextval) give both
+    statements that create it; a local view of this server's own clock
+    is refused the same way (it is not the central server's); the foreign
+    table over the central view gives a lease."""
+    central = central_server(make_cluster)
+    a = leased_server(make_cluster, central, start=False)
+    start_leased(a, central, clock=False)
+    server_db(a)
+    problem = lambda: lease_of(a)[3] or ""  # noqa: E731
+    assert wait_for(lambda: "lease_clock_table" in problem(), timeout=60), lease_of(a)
+    for statement in ("on the central server: CREATE VIEW idgen_lease_clock AS SELECT",
+                      "CREATE FOREIGN TABLE idgen_lease_clock (unix_ms int8) SERVER central"):
+        assert statement in problem(), problem()
+    with pytest.raises(psycopg.Error) as refused:
+        draw_snowflakes(a, 1, dbname=server_db(a))
+    assert refused.value.sqlstate == "55000" and "lease_clock_table" in str(refused.value), refused.value
+    a.sql(CLOCK_VIEW)
+    assert wait_for(lambda: "is on this server (a local relation), the lease table on foreign server "
+                            "\"central\"" in problem(), timeout=60), problem()
+    assert lease_of(a)[0] is None
+    assert central.sql("SELECT count(*) FROM idgen_machine_lease WHERE holder IS NOT NULL") == [(0,)]
+    a.sql("DROP VIEW idgen_lease_clock")
+    a.sql(CLOCK_FOREIGN_TABLE)
+    assert wait_for(lambda: holds_lease(a), timeout=60), lease_of(a)
+    assert_unique(draw_snowflakes(a, 1000, dbname=server_db(a)))
+
+
+def test_a_central_clock_a_minute_ahead_makes_the_first_id_wait_and_says_until_when(make_cluster):
+    """The fence starts a claim above the central clock plus a lease: with
+    the central clock a minute ahead, the first ID waits about a minute,
+    and both generators' 55000 say until when (snowflake_js_nextval once
+    said the machine id did not fit)."""
+    central = central_server(make_cluster, env=faketime_env(60))
+    a = leased_server(make_cluster, central)
+    server_db(a)
+    waiting = "is claimed; its first ID waits until"
+    assert wait_for(lambda: waiting in (lease_of(a)[3] or ""), timeout=60), lease_of(a)
+    assert lease_of(a)[0] is None
+    for function in ("snowflake_nextval", "snowflake_js_nextval"):
+        with pytest.raises(psycopg.Error) as refused:
+            draw_snowflakes(a, 1, function=function, dbname=server_db(a))
+        assert refused.value.sqlstate == "55000", (function, refused.value)
+        assert waiting in str(refused.value), (function, str(refused.value))
+
+
+def test_a_server_ahead_of_the_central_clock_issues_nothing_above_it_and_is_told(make_cluster):
+    """A holder's ceiling is held to the central clock: a server 30 s ahead
+    of it (the central server started 30 s behind) gets a claim but can
+    issue nothing — every time it could issue is above the ceiling — and
+    says why, in lease_problem and a WARNING."""
+    central = central_server(make_cluster, env=faketime_env(-30))
+    a = leased_server(make_cluster, central)
+    server_db(a)
+    ahead = re.compile(r"this server's clock is (29|30)\.\d s ahead of the central server's")
+    assert wait_for(lambda: ahead.search(lease_of(a)[3] or ""), timeout=60), lease_of(a)
+    assert central.sql("SELECT count(*) FROM idgen_machine_lease WHERE holder IS NOT NULL") == [(1,)]
+    with pytest.raises(psycopg.Error) as refused:
+        draw_snowflakes(a, 1, dbname=server_db(a))
+    assert refused.value.sqlstate == "55000" and ahead.search(str(refused.value)), refused.value
+    assert "WARNING:  pg_idgen lease keeper: " in a.log()
+
+
+def test_a_central_clock_that_went_back_is_told(make_cluster):
+    """The fence trusts the central clock not to step back: a holder that
+    sees it go back (the central server restarted 15 s behind) says so."""
+    central = central_server(make_cluster)
+    a = leased_server(make_cluster, central)
+    server_db(a)
+    assert wait_for(lambda: holds_lease(a), timeout=60), lease_of(a)
+    assert_unique(draw_snowflakes(a, 1000, dbname=server_db(a)))
+    central.restart(extra_env=faketime_env(-15))
+    went_back = re.compile(r"the central server's clock went back \d+\.\d s")
+    assert wait_for(lambda: went_back.search(lease_of(a)[3] or ""), timeout=60), lease_of(a)
+    assert wait_for(lambda: went_back.search(a.log()), timeout=10)
+
+
+def test_servers_sharing_the_table_with_different_lease_durations_are_each_told(make_cluster):
+    """The fence covers a claimer's own lease duration and a held row's,
+    not a forgotten holder's: servers sharing the table need one. Two with
+    3 s and 4 s each say so once they have seen the other renew."""
+    central = central_server(make_cluster)
+    a = leased_server(make_cluster, central)
+    b = leased_server(make_cluster, central, conf=("pg_idgen.lease_duration = '4s'",))
+    told = "live servers lease machine ids under another pg_idgen.lease_duration"
+    for server, other in ((a, 4_000), (b, 3_000)):
+        server_db(server)
+        assert wait_for(lambda: told in (lease_of(server)[3] or ""), timeout=60), lease_of(server)
+        assert f", {other})]" in lease_of(server)[3], lease_of(server)[3]
