@@ -119,6 +119,8 @@ pub enum IdgenError {
     /// Snowflake time reached the ceiling of the lease.
     SnowflakeLeaseCeiling {
         waited_ms: i64,
+        /// What the lease keeper says is wrong, if anything.
+        why: Option<String>,
     },
     SnowflakeKeeperSlow {
         waited_ms: i64,
@@ -781,8 +783,9 @@ impl IdgenError {
             IdgenError::SnowflakeNoLease { waited_ms, why } => format!(
                 "this server holds no snowflake machine id lease (waited {waited_ms} ms): {why}"
             ),
-            IdgenError::SnowflakeLeaseCeiling { waited_ms } => format!(
-                "snowflake time reached the ceiling of this server's machine id lease (waited {waited_ms} ms for a renewal)"
+            IdgenError::SnowflakeLeaseCeiling { waited_ms, why } => format!(
+                "snowflake time reached the ceiling of this server's machine id lease (waited {waited_ms} ms for a renewal){}",
+                why.as_ref().map_or(String::new(), |why| format!(": {why}"))
             ),
             IdgenError::SnowflakeMarkNotLogged { problem, waited_ms } => format!(
                 "no snowflake ID can be issued: the high-water mark is not WAL-logged ({problem}); waited {waited_ms} ms"

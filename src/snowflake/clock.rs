@@ -80,6 +80,20 @@ impl WallClock for SystemClock {
     }
 }
 
+/// A Unix time in ms as `timestamptz` text for a message, or as ms since
+/// 1970 when out of its range: a message about a garbage time must not
+/// itself fail.
+pub fn timestamptz_text(unix_ms: UnixMs) -> String {
+    let converted = unix_ms
+        .checked_mul(1000)
+        .and_then(|micros| micros.checked_sub(PG_EPOCH_UNIX_MICROS))
+        .and_then(|pg_micros| TimestampWithTimeZone::try_from(pg_micros).ok());
+    match converted {
+        Some(timestamp) => timestamp.to_string(),
+        None => format!("{unix_ms} ms since 1970"),
+    }
+}
+
 /// A Unix time in ms as a `timestamptz`; out of its range (or of i64
 /// microseconds) is an error, never a wrapped value.
 #[track_caller]

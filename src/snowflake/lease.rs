@@ -140,15 +140,24 @@
 //! as long as the central clock does not step back (a failover's standby
 //! included) and every server sharing the table has one
 //! `pg_idgen.lease_duration`. The keeper warns when it sees either broken
-//! (`CentralClock`, `LeaseWatch::other_durations`), and claims above the
-//! highest central time it has seen.
+//! (`CentralClock`, `LeaseWatch::other_durations`), claims above the
+//! highest central time it has seen, and refuses a central reading more
+//! than `MAX_CENTRAL_CLOCK_GAP_MS` from its own clock.
+//!
+//! **A renewal** whose reply comes at or after the deadline in force
+//! (`Held::lapses`) counts as a claim: its floor is fenced anew with the
+//! `C` it read, and the generators wait for it again. Its CAS may have
+//! landed after the row was taken over (a takeover comes only after the
+//! deadline: see above) and then brought back to this holder's version by
+//! a restore; a reply before the deadline proves the CAS committed before
+//! any takeover could. The holder's monotonic clock orders the two.
 //!
 //! The cost: the first ID after any claim — a first start, a clean
 //! restart, a takeover — waits until the claimer's clock plus its
 //! `max_lead` passes that floor, and the holder's ceiling is above it
 //! (`Held::wait_before_issuing_ms`): `duration + CENTRAL_CLOCK_SLACK_MS -
 //! max_lead` with clocks in step, and at least the first renewal.
-
+//!
 //! # What the glue must do
 //!
 //! * Read the monotonic clock (and the wall clock, for the ceiling) before
@@ -358,6 +367,12 @@ pub enum LeaseError {
     AllLocked {
         max_machine_id: i32,
     },
+    /// The central clock reads more than `MAX_CENTRAL_CLOCK_GAP_MS` from
+    /// this server's.
+    CentralClockFar {
+        central_unix_ms: i64,
+        local_unix_ms: i64,
+    },
     /// A row was last held under another epoch or bit widths.
     LayoutMismatch {
         machine_id: i32,
@@ -409,6 +424,16 @@ impl fmt::Display for LeaseError {
             } => write!(
                 f,
                 "all {count} machine ids (0 to {max_machine_id}) are leased by servers that keep renewing"
+            ),
+            LeaseError::CentralClockFar {
+                central_unix_ms,
+                local_unix_ms,
+            } => write!(
+                f,
+                "the central server's clock (read through pg_idgen.lease_clock_table) says {central_unix_ms} ms \
+                 since 1970, this server's {local_unix_ms}: more than {} s apart, so no lease is claimed or \
+                 renewed (set the clocks right with NTP, and check the central view idgen_lease_clock)",
+                MAX_CENTRAL_CLOCK_GAP_MS / 1000
             ),
             LeaseError::LayoutMismatch {
                 machine_id,
@@ -579,12 +604,17 @@ pub struct Written {
     pub central_unix_ms: i64,
 }
 
-/// The restore fence: the floor a claim of `claim` whose transaction read
-/// the central clock at `central_unix_ms` starts above, whatever the row
-/// says — above every ceiling a holder whose write the table may have
-/// forgotten could have used (see the header).
-pub fn fence_floor_unix_ms(settings: &LeaseSettings, claim: &Claim, central_unix_ms: i64) -> i64 {
-    let span = settings.duration_ms.max(claim.holder_lease_ms.unwrap_or(0));
+/// The restore fence: the floor a claim whose transaction read the central
+/// clock at `central_unix_ms` starts above, whatever the row says — above
+/// every ceiling a holder whose write the table may have forgotten could
+/// have used (see the header). `holder_lease_ms`: an expired row's
+/// holder's duration (`Claim::holder_lease_ms`).
+pub fn fence_floor_unix_ms(
+    settings: &LeaseSettings,
+    holder_lease_ms: Option<i64>,
+    central_unix_ms: i64,
+) -> i64 {
+    let span = settings.duration_ms.max(holder_lease_ms.unwrap_or(0));
     central_unix_ms
         .saturating_add(span)
         .saturating_add(CENTRAL_CLOCK_SLACK_MS)
@@ -629,6 +659,26 @@ impl CentralClock {
     }
 }
 
+/// How far apart the central clock and this server's may be before the
+/// keeper refuses to claim or renew: a reading further off is taken for a
+/// broken clock (or a broken view), not a time to fence by — a glitch
+/// of a day would hold every later claim a day ahead.
+pub const MAX_CENTRAL_CLOCK_GAP_MS: i64 = 3_600_000;
+
+/// Whether a central clock reading may be used, this server's clock
+/// reading `local_unix_ms`.
+pub fn check_central_reading(central_unix_ms: i64, local_unix_ms: i64) -> Result<(), LeaseError> {
+    let gap = central_unix_ms.saturating_sub(local_unix_ms);
+    if gap.saturating_abs() <= MAX_CENTRAL_CLOCK_GAP_MS {
+        Ok(())
+    } else {
+        Err(LeaseError::CentralClockFar {
+            central_unix_ms,
+            local_unix_ms,
+        })
+    }
+}
+
 /// How far this server's clock, read when it sent a write, was ahead of
 /// the central clock read in that write's transaction, when by more than
 /// `CENTRAL_CLOCK_SLACK_MS`: its ceiling is then lower than its own clock
@@ -645,8 +695,13 @@ pub struct Held {
     pub machine_id: i32,
     /// The row's version after this holder's last successful write.
     pub version: i64,
-    /// Issue only IDs with a time above this (Unix ms; `None`: no floor).
+    /// Issue only IDs with a time above this (Unix ms; `None`: no floor):
+    /// the row's floor and the restore fence.
     pub floor_unix_ms: Option<i64>,
+    /// The row's floor as the claim read it: what every earlier holder
+    /// issued below. The give-up leaves no less (the fence it adds is each
+    /// claimer's own to derive).
+    pub row_floor_unix_ms: Option<i64>,
     /// Issue no ID with a time above this (Unix ms).
     pub ceiling_unix_ms: i64,
     /// Issue no ID from this monotonic instant on.
@@ -664,26 +719,44 @@ impl Held {
     pub fn claimed(settings: &LeaseSettings, claim: &Claim, written: &Written) -> Held {
         let (stop_at, renew_at) =
             grant(settings, written).unwrap_or((written.sent_mono_ms, written.received_mono_ms));
-        let fence = fence_floor_unix_ms(settings, claim, written.central_unix_ms);
+        let fence = fence_floor_unix_ms(settings, claim.holder_lease_ms, written.central_unix_ms);
         Held {
             machine_id: claim.machine_id,
             version: written.version,
             floor_unix_ms: Some(claim.floor_unix_ms.map_or(fence, |row| row.max(fence))),
+            row_floor_unix_ms: claim.floor_unix_ms,
             ceiling_unix_ms: written.ceiling_unix_ms,
             stop_at_mono_ms: stop_at,
             renew_at_mono_ms: renew_at,
         }
     }
 
+    /// Whether a successful renewal whose reply came at `received_mono_ms`
+    /// came at or after the deadline in force: then it counts as a claim
+    /// (`renewed` fences its floor anew; the generators, stopped by the
+    /// deadline, get the lease again only when it allows).
+    pub fn lapses(&self, received_mono_ms: i64) -> bool {
+        received_mono_ms >= self.stop_at_mono_ms
+    }
+
     /// The lease after a successful renewal (`renew_sql` returned a row).
     /// The version and ceiling are taken even from a late reply; the
-    /// deadline moves only with one in time.
+    /// deadline moves only with one in time. A reply that `lapses` fences
+    /// the floor above the central clock it read (the keeper passes
+    /// `CentralClock::fence_base_ms` of it), as a claim does.
     pub fn renewed(&self, settings: &LeaseSettings, written: &Written) -> Held {
         let (stop_at, renew_at) = match grant(settings, written) {
             Some((stop_at, renew_at)) => (stop_at.max(self.stop_at_mono_ms), renew_at),
             None => (self.stop_at_mono_ms, written.received_mono_ms),
         };
+        let floor_unix_ms = if self.lapses(written.received_mono_ms) {
+            let fence = fence_floor_unix_ms(settings, None, written.central_unix_ms);
+            Some(self.floor_unix_ms.map_or(fence, |floor| floor.max(fence)))
+        } else {
+            self.floor_unix_ms
+        };
         Held {
+            floor_unix_ms,
             version: written.version,
             ceiling_unix_ms: self.ceiling_unix_ms.max(written.ceiling_unix_ms),
             stop_at_mono_ms: stop_at,
@@ -717,9 +790,11 @@ impl Held {
 
     /// The floor to leave in the row when giving the lease up, given the
     /// time of the last ID issued under it (`None`: none): exactly what
-    /// was issued, and never below the floor this holder started above.
+    /// was issued, and never below the row's floor as claimed (every
+    /// earlier holder's IDs). Not the fence: a central clock that read
+    /// far ahead once must not stay in the row.
     pub fn give_up_floor_unix_ms(&self, last_issued_unix_ms: Option<i64>) -> Option<i64> {
-        self.floor_unix_ms.max(last_issued_unix_ms)
+        self.row_floor_unix_ms.max(last_issued_unix_ms)
     }
 }
 
@@ -1651,8 +1726,11 @@ mod tests {
         let claim = chosen(&watch, &me("a", None, 2), 0);
         let held = take(&mut central, &s, &claim, "a", 0, 2).unwrap();
         assert_eq!(central.rows[&0].floor_unix_ms, Some(WALL + 20_000));
-        // Nothing issued: the floor it started above (the fence) stays.
-        assert_eq!(held.give_up_floor_unix_ms(None), Some(WALL + 21_000));
+        // Nothing issued: the row's floor as claimed stays — not the
+        // fence, which each claimer derives (a central clock that once
+        // read far ahead must not stay in the row).
+        assert_eq!(held.floor_unix_ms, Some(WALL + 21_000));
+        assert_eq!(held.give_up_floor_unix_ms(None), Some(WALL - 500));
         // A renewal whose reply the shutdown cut off moved the version.
         central
             .renew(
@@ -2160,6 +2238,7 @@ mod tests {
             machine_id: 0,
             version: 1,
             floor_unix_ms,
+            row_floor_unix_ms: None,
             ceiling_unix_ms,
             stop_at_mono_ms: 100_000,
             renew_at_mono_ms: 10_000,
@@ -2386,6 +2465,145 @@ mod tests {
             }
             t += 100;
             assert!(t < 10 * MAX_DURATION_MS, "the claimer never claimed");
+        }
+    }
+
+    #[test]
+    fn a_central_reading_more_than_an_hour_off_is_refused() {
+        assert_eq!(check_central_reading(WALL + 3_600_000, WALL), Ok(()));
+        assert_eq!(check_central_reading(WALL - 3_600_000, WALL), Ok(()));
+        for far in [WALL + 3_600_001, WALL - 86_400_000, i64::MAX, i64::MIN, 0] {
+            let err = check_central_reading(far, WALL).unwrap_err();
+            assert!(
+                err.to_string().contains("no lease is claimed or renewed"),
+                "{err}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_renewal_whose_reply_comes_after_the_deadline_is_fenced_like_a_claim() {
+        let s = settings();
+        let claim = Claim {
+            machine_id: 0,
+            version: 0,
+            floor_unix_ms: None,
+            holder_lease_ms: None,
+            reason: ClaimReason::Free,
+        };
+        let written = |sent: i64, received: i64, version| Written {
+            sent_mono_ms: sent,
+            received_mono_ms: received,
+            version,
+            ceiling_unix_ms: in_step(&s, WALL + sent),
+            central_unix_ms: WALL + received,
+        };
+        let held = Held::claimed(&s, &claim, &written(0, 5, 1));
+        assert_eq!(held.stop_at_mono_ms, 19_000);
+        // In time: the floor stays.
+        let renewed = held.renewed(&s, &written(6_666, 18_999, 2));
+        assert!(!held.lapses(18_999));
+        assert_eq!(renewed.floor_unix_ms, held.floor_unix_ms);
+        // Sent before the deadline, its reply after it (a link that held
+        // it): fenced above the central clock it read.
+        for (sent, received) in [(18_000, 19_000), (18_999, 25_000), (30_000, 30_010)] {
+            assert!(held.lapses(received));
+            let revived = held.renewed(&s, &written(sent, received, 2));
+            assert_eq!(
+                revived.floor_unix_ms,
+                Some(WALL + received + s.duration_ms + CENTRAL_CLOCK_SLACK_MS)
+            );
+        }
+    }
+
+    /// The holder `h` of id 0 is cut off longer than its lease; `c` takes
+    /// the id over and issues; the table is then restored to `h`'s last
+    /// version, and `h`'s renewal, sent `sent_after` ms after its deadline
+    /// (negative: before it, its reply held `held_for` ms), lands on it.
+    /// Returns the highest ceiling `c` used and the floor `h` goes on
+    /// from (`None`: its renewal fails).
+    fn lapse_then_restore(
+        sent_after: i64,
+        held_for: i64,
+        claimer_renewals: i64,
+    ) -> (i64, Option<i64>) {
+        let s = settings();
+        let mut central = Central::seeded(0);
+        let mut watch = LeaseWatch::new();
+        watch.observe(central.read(0), 0);
+        let claim = chosen(&watch, &me("h", None, 0), 0);
+        let held = take(&mut central, &s, &claim, "h", 0, 3).unwrap();
+        let dump = central.clone();
+        // The claimer sees the version from 1 on, claims once it expired.
+        let mut watch_c = LeaseWatch::new();
+        watch_c.observe(central.read(0), 1);
+        let at = 1 + s.duration_ms;
+        let claim = chosen(&watch_c, &me("c", None, 0), at);
+        assert!(
+            at > held.stop_at_mono_ms,
+            "a takeover comes after the deadline"
+        );
+        let mut taken = take(&mut central, &s, &claim, "c", at, 3).unwrap();
+        let mut t = at;
+        for _ in 0..claimer_renewals {
+            t += s.renew_after_ms();
+            let (version, ceiling) = central
+                .renew(0, taken.version, "c", s.duration_ms, in_step(&s, WALL + t))
+                .unwrap();
+            taken = taken.renewed(
+                &s,
+                &Written {
+                    sent_mono_ms: t,
+                    received_mono_ms: t + 3,
+                    version,
+                    ceiling_unix_ms: ceiling,
+                    central_unix_ms: WALL + t,
+                },
+            );
+        }
+        central = dump;
+        let sent = held.stop_at_mono_ms + sent_after;
+        let landed = (t + 10).max(sent);
+        let received = landed + held_for;
+        let Some((version, ceiling)) = central.renew(
+            0,
+            held.version,
+            "h",
+            s.duration_ms,
+            s.ceiling_unix_ms(WALL + sent, WALL + landed),
+        ) else {
+            return (taken.ceiling_unix_ms, None);
+        };
+        let revived = held.renewed(
+            &s,
+            &Written {
+                sent_mono_ms: sent,
+                received_mono_ms: received,
+                version,
+                ceiling_unix_ms: ceiling,
+                central_unix_ms: WALL + landed,
+            },
+        );
+        (taken.ceiling_unix_ms, revived.floor_unix_ms)
+    }
+
+    #[test]
+    fn a_renewal_landing_on_a_row_a_restore_gave_back_never_revives_the_lease_among_the_successors_ids(
+    ) {
+        for sent_after in [-500, -1, 0, 1, 5_000] {
+            for held_for in [0, 3, 2_000] {
+                for claimer_renewals in [0, 1, 5] {
+                    let (successor_top, floor) =
+                        lapse_then_restore(sent_after, held_for, claimer_renewals);
+                    let floor = floor.expect("the restored row takes the renewal");
+                    assert!(
+                        floor >= successor_top,
+                        "sent {sent_after} after the deadline, held {held_for}, \
+                         {claimer_renewals} renewals: revived above {floor}, \
+                         the successor issued up to {successor_top}"
+                    );
+                }
+            }
         }
     }
 

@@ -25,7 +25,10 @@
 //!   generators stop by themselves at the deadline, after which the lease
 //!   is over and the keeper claims again — never renews: a table restored
 //!   meanwhile could bring back this lease's very version after another
-//!   server held the id. A row a session holds locked on
+//!   server held the id. For the same reason a renewal whose reply comes
+//!   at or after the deadline (`Held::lapses`: sent late, or held on the
+//!   way) counts as a claim: the generators stop, and get the lease back
+//!   above the fence. A row a session holds locked on
 //!   the central server (the pinned `lock_timeout` fails the claim or
 //!   renewal with 55P03) is passed over for a lease duration: the keeper
 //!   claims another free id.
@@ -52,15 +55,15 @@
 //! setting that bounds every transaction of the extension on a central
 //! server.
 
-use super::clock::to_timestamptz;
+use super::clock::timestamptz_text;
 use super::clock::{mono_now_ms, now_unix_ms};
 use super::config::{lease_holder, lease_settings, setting_text};
 use super::generator::Generator;
 use super::lease::{
-    clock_ahead_of_central_ms, clock_foreign_table_sql, clock_sql, holder_name,
-    holder_of_this_start, leased_max_machine_id, needs_seeding, read_sql, seed_sql, CentralClock,
-    Claim, ClaimChoice, Claimant, Held, IssueWait, LeaseRow, LeaseSettings, LeaseWatch, Written,
-    CENTRAL_CLOCK_SLACK_MS, CLOCK_VIEW_SQL,
+    check_central_reading, clock_ahead_of_central_ms, clock_foreign_table_sql, clock_sql,
+    holder_name, holder_of_this_start, leased_max_machine_id, needs_seeding, read_sql, seed_sql,
+    CentralClock, Claim, ClaimChoice, Claimant, Held, IssueWait, LeaseRow, LeaseSettings,
+    LeaseWatch, Written, CENTRAL_CLOCK_SLACK_MS, CLOCK_VIEW_SQL,
 };
 use super::shared::{snowflake, Snowflake};
 use crate::bgworker;
@@ -495,6 +498,11 @@ impl Keeper {
                         tables.clock
                     ))));
                 };
+                // Before the CAS: a reading that is no time to fence by
+                // changes nothing in the row.
+                if let Err(e) = check_central_reading(central, now_unix_ms()) {
+                    return Ok(Some(Err(e.to_string())));
+                }
                 let ceiling = self.settings.ceiling_unix_ms(sent_wall, central);
                 let rows = client.update(
                     sql,
@@ -547,7 +555,7 @@ impl Keeper {
         self.warnings.clear();
         if let Some(back) = self.central_clock.went_back_ms(written.central_unix_ms) {
             self.warnings.push(format!(
-                "the central server's clock went back {:.1} s since this server last read it (through pg_idgen.lease_clock_table): a lease table restored while it is behind could let a server start among IDs issued before; this server claims above the highest reading it saw, but keep the central server's clock (and its standbys') set right",
+                "the central server's clock went back {:.1} s since this server last read it (through pg_idgen.lease_clock_table): a lease table restored while it is behind could let a server start among IDs issued before; this server claims above the highest reading it saw (if that reading was the wrong one, the clock having been set ahead, terminate the lease keeper with pg_terminate_backend to forget it), and keep the central server's clock (and its standbys') set right",
                 back as f64 / 1000.0
             ));
         }
@@ -647,7 +655,7 @@ impl Keeper {
                 self.waiting = Some(format!(
                     "machine id {} is claimed; its first ID waits until {}: a claim starts above the central server's clock plus the lease duration and {CENTRAL_CLOCK_SLACK_MS} ms, so that a restored lease table cannot repeat the IDs of a holder it forgot, and snowflake time may run only pg_idgen.snowflake_max_lead ({} ms) ahead of this server's clock",
                     held.machine_id,
-                    to_timestamptz(until_unix_ms),
+                    timestamptz_text(until_unix_ms),
                     self.settings.max_lead_ms
                 ));
                 ms.min(until_renewal)
@@ -656,7 +664,7 @@ impl Keeper {
                 self.waiting = Some(format!(
                     "machine id {} is claimed; its first ID waits for a renewal to raise the lease's ceiling above the floor it starts from, {}: a holder issues no time above the central server's clock plus the lease and {CENTRAL_CLOCK_SLACK_MS} ms, and a claim starts above the row's floor and the central clock plus a lease and {CENTRAL_CLOCK_SLACK_MS} ms, so that a restored lease table cannot repeat the IDs of a holder it forgot",
                     held.machine_id,
-                    held.floor_unix_ms.map_or("none".into(), |f| to_timestamptz(f).to_string())
+                    held.floor_unix_ms.map_or("none".into(), timestamptz_text)
                 ));
                 until_renewal
             }
@@ -697,8 +705,19 @@ impl Keeper {
         let sent_wall = now_unix_ms();
         match self.write(tables, &sql, held.machine_id, held.version) {
             Outcome::Done(written) => {
-                let renewed = held.renewed(&self.settings, &written);
-                if self.handed_over {
+                // A reply at or after the deadline counts as a claim: its
+                // CAS may have landed on a row a restore brought back after
+                // another server took the id over. Fenced anew, handed
+                // over anew.
+                let lapsed = held.lapses(written.received_mono_ms);
+                let fenced = Written {
+                    central_unix_ms: self.central_clock.fence_base_ms(written.central_unix_ms),
+                    ..written
+                };
+                let renewed = held.renewed(&self.settings, &fenced);
+                if lapsed {
+                    self.stop();
+                } else if self.handed_over {
                     self.apply(&renewed, false);
                 }
                 self.held = Some(renewed);

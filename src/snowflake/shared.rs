@@ -152,6 +152,9 @@ impl LeaseShared {
 
     pub fn problem(&self) -> String {
         match self.problem.get() {
+            p if p.is_empty() && self.until_unix_ms.load(Ordering::Relaxed) > 0 => {
+                "the lease ran out, and the lease keeper has not renewed it or claimed one since (it may be waiting for the central server, at most pg_idgen.remote_timeout)".into()
+            }
             p if p.is_empty() => "the lease keeper has not claimed one yet".into(),
             p => p,
         }
@@ -452,7 +455,11 @@ impl Snowflake {
                                 why: self.lease_problem(),
                             }
                             .raise(),
-                            _ => IdgenError::SnowflakeLeaseCeiling { waited_ms }.raise(),
+                            _ => IdgenError::SnowflakeLeaseCeiling {
+                                waited_ms,
+                                why: self.lease.last_problem(),
+                            }
+                            .raise(),
                         }
                     }
                     LEASE_WAIT_SLICE_MS

@@ -684,6 +684,86 @@ def test_a_restore_that_brings_back_the_very_version_a_successor_watched_repeats
         proxy.close()
 
 
+class _Drawing:
+    """Draws snowflake IDs from `server` in a thread, 5,000 at a time, back
+    to back, through refusals (it retries after 50 ms), until stop()."""
+
+    def __init__(self, server):
+        self.server, self.ids, self.refusals = server, [], 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        deadline = time.monotonic() + 300
+        while not self._stop.is_set() and time.monotonic() < deadline:
+            try:
+                self.ids += draw_snowflakes(self.server, 5_000, dbname=server_db(self.server))
+            except psycopg.Error:
+                self.refusals += 1
+                time.sleep(0.05)
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join(60)
+        assert not self._thread.is_alive()
+        return self.ids
+
+
+def test_a_late_renewal_landing_on_a_restored_row_never_revives_the_lease_among_a_successors_ids(
+        make_cluster, tmp_path):
+    """Holder A's keeper stalls just before a renewal (failpoint
+    lease-before-renew) until past its deadline: its generators stop, and
+    the table is dumped. Successor B waits the row out, claims it and
+    issues, until its clock has caught up with its fenced floor. The dump
+    is restored — the row back at A's version — and A's
+    renewal goes out: its CAS succeeds. Sent (or answered) after the
+    deadline, it counts as a claim: A goes on only above the central clock
+    plus a lease (before, it resumed at its clock among B's IDs: 170,063
+    repeats in the attack that found it), and B, whose renewal then fails,
+    stops. No ID repeats."""
+    central = central_server(make_cluster)
+    a = leased_server(make_cluster, central, conf=(*ONE_ID, *LONG_LEASE))
+    server_db(a)
+    assert wait_for(lambda: holds_lease(a), timeout=60), lease_of(a)
+    a_drawing = _Drawing(a)
+    a_renewal = Failpoint(a, "lease-before-renew")
+    dump = tmp_path / "lease.sql"
+    b_drawing = None
+    try:
+        a_renewal.arm("pause")
+        a_renewal.wait_reached()
+        _dump_lease_table(central, dump)
+        seen = _version(central)
+        b = leased_server(make_cluster, central,
+                          conf=(*ONE_ID, *LONG_LEASE, "pg_idgen.snowflake_max_lead = '60s'"))
+        server_db(b)
+        b_drawing = _Drawing(b)
+        assert wait_for(lambda: len(b_drawing.ids) > 0, timeout=90), lease_of(b)
+        # B starts above its fence, ahead of its clock; once its clock has
+        # caught up it issues at the real time — where a revived A would.
+        caught_up = lambda: b.sql(  # noqa: E731
+            "SELECT (snowflake_parse(%s)).ts <= clock_timestamp()",
+            (b_drawing.ids[-1],), dbname=server_db(b))[0][0]
+        assert wait_for(caught_up, timeout=60), lease_of(b)
+        _restore_lease_table(central, dump)
+        assert _version(central) == seen
+        a_before = len(a_drawing.ids)
+        a_renewal.release()
+        # A's renewal takes the restored row; B's next renewal finds it gone.
+        assert wait_for(lambda: len(a_drawing.ids) > a_before, timeout=90), lease_of(a)
+        assert wait_for(lambda: "was lost" in (lease_of(b)[3] or "") or not holds_lease(b), timeout=60), \
+            lease_of(b)
+    finally:
+        a_renewal.release()
+        a_ids = a_drawing.stop()
+        b_ids = b_drawing.stop() if b_drawing else []
+    assert b_ids, "B never issued"
+    assert_unique(a_ids + b_ids)
+    revived = a_ids[a_before:]
+    assert min(revived) > max(b_ids), "A went on below IDs B had issued"
+
+
 def test_a_floor_cleared_by_hand_under_a_killed_holder_never_lets_a_successor_repeat_its_ids(
         make_cluster):
     """One machine id. Holder A issues densely for some seconds and is
