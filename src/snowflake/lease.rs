@@ -1233,6 +1233,29 @@ mod tests {
         Some(Held::claimed(s, claim, &written))
     }
 
+    /// A write sent at `t` (monotonic, wall and central clock in step),
+    /// its reply 3 ms later.
+    fn written_at(t: i64, version: i64, ceiling_unix_ms: i64) -> Written {
+        Written {
+            sent_mono_ms: t,
+            received_mono_ms: t + 3,
+            version,
+            ceiling_unix_ms,
+            central_unix_ms: WALL + t,
+        }
+    }
+
+    /// A claim of the never-held row `machine_id` (version 0, no floor).
+    fn free_claim(machine_id: i32) -> Claim {
+        Claim {
+            machine_id,
+            version: 0,
+            floor_unix_ms: None,
+            holder_lease_ms: None,
+            reason: ClaimReason::Free,
+        }
+    }
+
     fn chosen(watch: &LeaseWatch, me: &Claimant, now: i64) -> Claim {
         match watch.choose(me, now) {
             Ok(ClaimChoice::Take(claim)) => claim,
@@ -1838,13 +1861,7 @@ mod tests {
         // The holder's request in flight: (sent at, ceiling sent).
         // The central clock is real time.
         let mut in_flight: Option<(i64, i64)> = Some((0, s.ceiling_unix_ms(holder_wall(0), WALL)));
-        let first_claim = Claim {
-            machine_id: 0,
-            version: 0,
-            floor_unix_ms: None,
-            holder_lease_ms: None,
-            reason: ClaimReason::Free,
-        };
+        let first_claim = free_claim(0);
         let mut held: Option<Held> = None;
         let mut sends = 0;
         let mut latest_stop = i64::MIN;
@@ -2279,13 +2296,7 @@ mod tests {
         // its fence, the first renewal lifts it above, and the clock is
         // near enough duration + slack - max_lead after the claim.
         let s = settings();
-        let claim = Claim {
-            machine_id: 0,
-            version: 0,
-            floor_unix_ms: None,
-            holder_lease_ms: None,
-            reason: ClaimReason::Free,
-        };
+        let claim = free_claim(0);
         let written = |sent: i64, version| Written {
             sent_mono_ms: sent,
             received_mono_ms: sent + 5,
@@ -2383,13 +2394,7 @@ mod tests {
                 Some(h) => central.renew(0, h.version, "h", s.duration_ms, ceiling),
             }
             .unwrap();
-            let written = Written {
-                sent_mono_ms: t,
-                received_mono_ms: t + 3,
-                version,
-                ceiling_unix_ms: ceiling,
-                central_unix_ms: WALL + t,
-            };
+            let written = written_at(t, version, ceiling);
             match held {
                 None => Held::claimed(&s, claim, &written),
                 Some(h) => h.renewed(&s, &written),
@@ -2454,13 +2459,7 @@ mod tests {
                 let ceiling = s.ceiling_unix_ms(WALL + t, WALL + t);
                 let (version, ceiling) =
                     central.claim(&claim, "c", s.duration_ms, ceiling).unwrap();
-                let written = Written {
-                    sent_mono_ms: t,
-                    received_mono_ms: t + 3,
-                    version,
-                    ceiling_unix_ms: ceiling,
-                    central_unix_ms: WALL + t,
-                };
+                let written = written_at(t, version, ceiling);
                 return (holder_top, claim, Held::claimed(&s, &claim, &written));
             }
             t += 100;
@@ -2484,13 +2483,7 @@ mod tests {
     #[test]
     fn a_renewal_whose_reply_comes_after_the_deadline_is_fenced_like_a_claim() {
         let s = settings();
-        let claim = Claim {
-            machine_id: 0,
-            version: 0,
-            floor_unix_ms: None,
-            holder_lease_ms: None,
-            reason: ClaimReason::Free,
-        };
+        let claim = free_claim(0);
         let written = |sent: i64, received: i64, version| Written {
             sent_mono_ms: sent,
             received_mono_ms: received,
@@ -2550,16 +2543,7 @@ mod tests {
             let (version, ceiling) = central
                 .renew(0, taken.version, "c", s.duration_ms, in_step(&s, WALL + t))
                 .unwrap();
-            taken = taken.renewed(
-                &s,
-                &Written {
-                    sent_mono_ms: t,
-                    received_mono_ms: t + 3,
-                    version,
-                    ceiling_unix_ms: ceiling,
-                    central_unix_ms: WALL + t,
-                },
-            );
+            taken = taken.renewed(&s, &written_at(t, version, ceiling));
         }
         central = dump;
         let sent = held.stop_at_mono_ms + sent_after;

@@ -118,11 +118,13 @@ enum Outcome<T> {
 }
 
 /// How long the give-up at shutdown may take at most (less if
-/// `pg_idgen.remote_timeout` is shorter), its connection cut included
-/// (`bgworker::CUT_AFTER_TIMEOUT_MS` later): a fast shutdown on a dead
-/// network must not wait for it. A row not given up expires after the
-/// lease, as a crashed holder's does.
-const GIVE_UP_TIMEOUT_MS: i32 = 1000;
+/// `pg_idgen.remote_timeout` is shorter); its connection is cut
+/// `bgworker::CUT_AFTER_TIMEOUT_MS` later, so the keeper answers a fast
+/// shutdown on a dead network within 4 s. Not less: a shutdown that cut
+/// a renewal's connection leaves the give-up to open a new one, which a
+/// busy machine may take over a second to do. A row not given up expires
+/// after the lease, as a crashed holder's does.
+const GIVE_UP_TIMEOUT_MS: i32 = 3000;
 
 /// Runs `body` in a transaction of its own, bounded by
 /// `pg_idgen.remote_timeout`; a body that returns `None` matched nothing.
@@ -858,7 +860,7 @@ impl Keeper {
             .give_up_floor_unix_ms(Some(last_issued.min(held.ceiling_unix_ms)))
             .unwrap_or(held.ceiling_unix_ms);
         let timeout_ms = gucs::REMOTE_TIMEOUT_MS.get().min(GIVE_UP_TIMEOUT_MS);
-        let _ = run_within(timeout_ms, || {
+        let given_up = run_within(timeout_ms, || {
             Spi::connect_mut(|client| {
                 let rows = client.update(
                     &sql,
@@ -872,5 +874,17 @@ impl Keeper {
                 Ok(Some(rows.len()))
             })
         });
+        match given_up {
+            Outcome::Done(1) => {}
+            Outcome::Done(_) | Outcome::NoMatch => pgrx::log!(
+                "pg_idgen lease keeper: machine id {} was not given up: its row no longer names this server",
+                held.machine_id
+            ),
+            Outcome::Failed(e) => pgrx::log!(
+                "pg_idgen lease keeper: machine id {} was not given up ({}): its row is free a lease after this server's last renewal, as a crashed server's",
+                held.machine_id,
+                e.message
+            ),
+        }
     }
 }

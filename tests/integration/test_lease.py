@@ -395,16 +395,17 @@ def _issued_into(server, into):
         return False
 
 
-def _issue_until_refused(server, into, timeout=60):
-    """Draws 100 snowflake IDs at a time into `into` until the server
-    refuses; returns that error (None if it never did within `timeout`)."""
+def _issue_until_refused(server, into, timeout=60, batch=100, pause=0.05):
+    """Draws `batch` snowflake IDs at a time into `into`, `pause` seconds
+    apart, until the server refuses; returns that error (None if it never
+    did within `timeout`)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            into += draw_snowflakes(server, 100, dbname=server_db(server))
+            into += draw_snowflakes(server, batch, dbname=server_db(server))
         except psycopg.Error as e:
             return e
-        time.sleep(0.05)
+        time.sleep(pause)
     return None
 
 
@@ -558,17 +559,11 @@ def test_a_layout_change_for_every_server_sharing_the_table_follows_the_readme(m
 LONG_LEASE = ("pg_idgen.lease_duration = '10s'",)
 
 
-def _issue_densely_until_refused(server, into, timeout=120):
-    """Draws 5,000 snowflake IDs at a time into `into`, back to back, so
-    that nearly every millisecond the server passes through holds IDs of
-    it, until the server refuses; returns that error."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            into += draw_snowflakes(server, 5_000, dbname=server_db(server))
-        except psycopg.Error as e:
-            return e
-    return None
+def _issue_densely_until_refused(server, into):
+    """Draws 5,000 snowflake IDs at a time, back to back, so that nearly
+    every millisecond the server passes through holds IDs of it, until it
+    refuses; returns that error."""
+    return _issue_until_refused(server, into, timeout=120, batch=5_000, pause=0)
 
 
 def _dump_lease_table(central, path):
@@ -583,6 +578,30 @@ def _restore_lease_table(central, path):
 
 def _version(central):
     return central.sql("SELECT version FROM idgen_machine_lease WHERE machine_id = 0")[0][0]
+
+
+def _successor_behind_in_time(make_cluster, central):
+    """A second server for id 0 (LONG_LEASE), its clock 10 s behind, with a
+    lead that lets it issue as soon as its lease allows."""
+    b = leased_server(make_cluster, central,
+                      conf=(*ONE_ID, *LONG_LEASE, "pg_idgen.snowflake_max_lead = '60s'"), start=False)
+    start_leased(b, central, env=faketime_env(-10))
+    server_db(b)
+    return b
+
+
+def _check_the_successor_issues_above_the_holder(b, a_ids, drawing, refused):
+    """The successor `b` issues; the cut-off holder's drawing (a_ids, by
+    _issue_densely_until_refused in a thread) ends refused with 55000;
+    every ID of `b` is above every ID of the holder, and none repeats."""
+    b_ids = []
+    assert wait_for(lambda: _issued_into(b, b_ids), timeout=90, interval=0.1), lease_of(b)
+    joined(drawing, refused)
+    assert refused["value"] is not None and refused["value"].sqlstate == "55000", refused
+    b_ids += draw_snowflakes(b, 20_000, dbname=server_db(b))
+    assert len(a_ids) > 10_000
+    assert_unique(a_ids + b_ids)
+    assert min(b_ids) > max(a_ids)
 
 
 @pytest.mark.parametrize("dumped", ["while every id was free", "while the holder held it"])
@@ -614,21 +633,11 @@ def test_a_lease_table_restored_under_a_live_holder_never_lets_a_successor_repea
             dumped_version = _version(central)
         assert wait_for(lambda: _version(central) >= dumped_version + 2, timeout=60), \
             "A did not renew after the dump"
-        b = leased_server(make_cluster, central,
-                          conf=(*ONE_ID, *LONG_LEASE, "pg_idgen.snowflake_max_lead = '60s'"), start=False)
-        start_leased(b, central, env=faketime_env(-10))
-        server_db(b)
+        b = _successor_behind_in_time(make_cluster, central)
         proxy.freeze_all()   # A is cut off, and issues until its deadline
         _restore_lease_table(central, dump)
         assert _version(central) == dumped_version
-        b_ids = []
-        assert wait_for(lambda: _issued_into(b, b_ids), timeout=90, interval=0.1), lease_of(b)
-        joined(drawing, refused)
-        assert refused["value"] is not None and refused["value"].sqlstate == "55000", refused
-        b_ids += draw_snowflakes(b, 20_000, dbname=server_db(b))
-        assert len(a_ids) > 10_000
-        assert_unique(a_ids + b_ids)
-        assert min(b_ids) > max(a_ids)
+        _check_the_successor_issues_above_the_holder(b, a_ids, drawing, refused)
     finally:
         proxy.close()
 
@@ -651,10 +660,7 @@ def test_a_restore_that_brings_back_the_very_version_a_successor_watched_repeats
         assert wait_for(lambda: holds_lease(a), timeout=60), lease_of(a)
         a_ids = []
         drawing, refused = in_thread(_issue_densely_until_refused, a, a_ids)
-        b = leased_server(make_cluster, central,
-                          conf=(*ONE_ID, *LONG_LEASE, "pg_idgen.snowflake_max_lead = '60s'"), start=False)
-        start_leased(b, central, env=faketime_env(-10))
-        server_db(b)
+        b = _successor_behind_in_time(make_cluster, central)
         a_renewal, b_read = Failpoint(a, "lease-before-renew"), Failpoint(b, "lease-after-read")
         dump = tmp_path / "lease.sql"
         try:
@@ -672,14 +678,7 @@ def test_a_restore_that_brings_back_the_very_version_a_successor_watched_repeats
         finally:
             a_renewal.release()
             b_read.release()
-        b_ids = []
-        assert wait_for(lambda: _issued_into(b, b_ids), timeout=90, interval=0.1), lease_of(b)
-        joined(drawing, refused)
-        assert refused["value"] is not None and refused["value"].sqlstate == "55000", refused
-        b_ids += draw_snowflakes(b, 20_000, dbname=server_db(b))
-        assert len(a_ids) > 10_000
-        assert_unique(a_ids + b_ids)
-        assert min(b_ids) > max(a_ids)
+        _check_the_successor_issues_above_the_holder(b, a_ids, drawing, refused)
     finally:
         proxy.close()
 
