@@ -12,6 +12,7 @@ use pgrx::PgLogLevel;
 use crate::catalog::{quote_identifier, quote_literal};
 use crate::segment::policy::RefillProblem;
 use crate::snowflake::backup_copy::BACKUP_LABEL_OLD;
+use crate::snowflake::lease::CLOCK_VIEW_SQL;
 use crate::snowflake::state_file::STATE_FILE;
 
 /// The longest tag a slot (and `id_segment.biz_tag`, `varchar(64)`) holds.
@@ -115,6 +116,11 @@ pub enum IdgenError {
     SnowflakeNoLease {
         waited_ms: i64,
         why: String,
+    },
+    /// The lease keeper cannot use the central server's clock (raised in
+    /// its claim's or renewal's transaction, which it rolls back).
+    LeaseCentralClock {
+        problem: String,
     },
     /// Snowflake time reached the ceiling of the lease.
     SnowflakeLeaseCeiling {
@@ -629,6 +635,7 @@ impl IdgenError {
             IdgenError::SnowflakeMarkNotLogged { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             IdgenError::SnowflakeNoLease { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             IdgenError::SnowflakeLeaseCeiling { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            IdgenError::LeaseCentralClock { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             IdgenError::SnowflakeKeeperNotRegistered { .. } => ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
             IdgenError::SnowflakeStateFile { io: true, .. } => ERRCODE_IO_ERROR,
             IdgenError::SnowflakeStateFile { io: false, .. } => ERRCODE_DATA_CORRUPTED,
@@ -783,6 +790,7 @@ impl IdgenError {
             IdgenError::SnowflakeNoLease { waited_ms, why } => format!(
                 "this server holds no snowflake machine id lease (waited {waited_ms} ms): {why}"
             ),
+            IdgenError::LeaseCentralClock { problem } => problem.clone(),
             IdgenError::SnowflakeLeaseCeiling { waited_ms, why } => format!(
                 "snowflake time reached the ceiling of this server's machine id lease (waited {waited_ms} ms for a renewal){}",
                 why.as_ref().map_or(String::new(), |why| format!(": {why}"))
@@ -1012,6 +1020,7 @@ impl IdgenError {
             IdgenError::SnowflakeKeeperNotRunning { .. } => "Check the server log for why the \"pg_idgen snowflake keeper\" background worker exited or did not start; the postmaster restarts it 1 s after it exits. If no worker slot is free, raise max_worker_processes and restart the server.".into(),
             IdgenError::SnowflakeStateNotWritten { .. } => "Free space, or fix the permissions, in the data directory; snowflake IDs resume as soon as the keeper can write the file (the server log has its WARNING).".into(),
             IdgenError::SnowflakeNoLease { .. } => "pg_idgen.machine_id = 'lease': the lease keeper takes a machine id from pg_idgen.lease_table (in pg_idgen.lease_database) and renews it; the message says why it holds none (also in snowflake_status.lease_problem and the server log, \"pg_idgen lease keeper\"), and how to mend it.".into(),
+            IdgenError::LeaseCentralClock { .. } => format!("Create on the central server, beside the lease table, {CLOCK_VIEW_SQL}; and keep its clock and every leasing server's right (NTP)."),
             IdgenError::SnowflakeLeaseCeiling { .. } => "The lease keeper raises the ceiling at each renewal; if renewals fail (see the server log), IDs stop until they succeed again.".into(),
             IdgenError::SnowflakeMarkNotLogged { .. } => "pg_idgen commits the snowflake high-water mark in the table snowflake_high_water of pg_idgen.snowflake_database before it issues IDs up to it, so that standbys, restores and pg_upgrade continue above every ID. Install pg_idgen there (CREATE EXTENSION pg_idgen, or ALTER EXTENSION pg_idgen UPDATE after updating the library), or set pg_idgen.snowflake_database to a database that has it and restart.".into(),
             IdgenError::SnowflakeKeeperSlow { .. } => "The disk is slow to fsync. Raise pg_idgen.snowflake_persist_ahead so the keeper writes earlier, or pg_idgen.snowflake_max_wait.".into(),

@@ -21,7 +21,9 @@
 //! `worker-before-give-back` (a worker told to stop has closed a tag's
 //! chain and not yet given its untaken IDs back to the row),
 //! `lease-before-renew` (the lease keeper, a renewal due, before it sends
-//! it: its row's version stays as it is), `lease-after-read` (the lease
+//! it: its row's version stays as it is), `lease-before-cas` (the lease
+//! keeper, in a claim's or renewal's transaction, has read the central
+//! clock and not yet sent its CAS), `lease-after-read` (the lease
 //! keeper, looking for an id to claim, has read the table and noted each
 //! row's version, and decides nothing yet: it sees no later version).
 

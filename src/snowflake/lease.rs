@@ -428,13 +428,20 @@ impl fmt::Display for LeaseError {
             LeaseError::CentralClockFar {
                 central_unix_ms,
                 local_unix_ms,
-            } => write!(
-                f,
-                "the central server's clock (read through pg_idgen.lease_clock_table) says {central_unix_ms} ms \
-                 since 1970, this server's {local_unix_ms}: more than {} s apart, so no lease is claimed or \
-                 renewed (set the clocks right with NTP, and check the central view idgen_lease_clock)",
-                MAX_CENTRAL_CLOCK_GAP_MS / 1000
-            ),
+            } => {
+                // In whole minutes, so that the keeper logs it once, not at
+                // every look.
+                let gap = central_unix_ms.saturating_sub(*local_unix_ms);
+                write!(
+                    f,
+                    "the central server's clock (read through pg_idgen.lease_clock_table) is {} min {} this \
+                     server's, more than {} min apart, so no lease is claimed or renewed (set the clocks right \
+                     with NTP, and check that the central view idgen_lease_clock reads clock_timestamp())",
+                    gap.saturating_abs() / 60_000,
+                    if gap > 0 { "ahead of" } else { "behind" },
+                    MAX_CENTRAL_CLOCK_GAP_MS / 60_000
+                )
+            }
             LeaseError::LayoutMismatch {
                 machine_id,
                 holder,
@@ -2478,6 +2485,16 @@ mod tests {
                 "{err}"
             );
         }
+        // Told in whole minutes: readings a moment apart say the same, so
+        // the keeper logs it once.
+        let text = |central| {
+            check_central_reading(central, WALL)
+                .unwrap_err()
+                .to_string()
+        };
+        assert_eq!(text(WALL + 7_200_000), text(WALL + 7_200_900));
+        assert!(text(WALL + 7_200_000).contains("is 120 min ahead of this server's"));
+        assert!(text(WALL - 7_200_000).contains("is 120 min behind this server's"));
     }
 
     #[test]

@@ -171,11 +171,11 @@ pub extern "C-unwind" fn pg_idgen_lease_keeper_main(_arg: pg_sys::Datum) {
     ));
     BackgroundWorker::connect_worker_to_spi(Some(&database), None);
     state.lease.problem.set("");
-    // SAFETY: MyLatch and MyProcPid are set in every started process.
-    unsafe {
-        state.lease.latch.store(pg_sys::MyLatch, Ordering::Release);
-        state.lease.pid.store(pg_sys::MyProcPid, Ordering::Release);
-    }
+    // SAFETY: MyProcPid is set in every started process.
+    state
+        .lease
+        .pid
+        .store(unsafe { pg_sys::MyProcPid }, Ordering::Release);
     let settings = match lease_settings() {
         Ok(s) => s,
         Err(e) => {
@@ -204,6 +204,7 @@ pub extern "C-unwind" fn pg_idgen_lease_keeper_main(_arg: pg_sys::Datum) {
         avoid: Vec::new(),
         central_clock: CentralClock::default(),
         waiting: None,
+        taken: CLAIMED,
         warnings: Vec::new(),
     };
     loop {
@@ -221,6 +222,37 @@ pub extern "C-unwind" fn pg_idgen_lease_keeper_main(_arg: pg_sys::Datum) {
         }
     }
 }
+
+/// Reads the central server's clock through `clock_table` (one row, Unix
+/// ms), in the caller's transaction; raises `LeaseCentralClock` (so that
+/// the transaction rolls back) for a table that gives no such row, or a
+/// reading `lease::check_central_reading` refuses.
+fn read_central_clock(
+    client: &pgrx::spi::SpiClient,
+    clock_table: &str,
+) -> Result<i64, pgrx::spi::Error> {
+    let clock = client.select(&clock_sql(clock_table), Some(2), &[])?;
+    let rows = clock.len();
+    let reading = match rows {
+        1 => clock.first().get::<i64>(1)?,
+        _ => None,
+    };
+    let problem = match reading {
+        None => format!(
+            "pg_idgen.lease_clock_table {clock_table} gave {rows} rows, not one row with a unix_ms: it must be a foreign table over the central server's view ({CLOCK_VIEW_SQL})"
+        ),
+        Some(central) => match check_central_reading(central, now_unix_ms()) {
+            Ok(()) => return Ok(central),
+            Err(e) => e.to_string(),
+        },
+    };
+    IdgenError::LeaseCentralClock { problem }.raise()
+}
+
+/// How a lease waiting for its hand-over was taken (`Keeper::taken`).
+const CLAIMED: &str = "is claimed";
+const RENEWED_LATE: &str =
+    "was renewed after its deadline, which counts as a claim (its row could have been taken over and given back)";
 
 /// A token for this start of the keeper (`lease::holder_of_this_start`):
 /// random, so that two servers with one name draw different ones.
@@ -265,6 +297,9 @@ struct Keeper {
     central_clock: CentralClock,
     /// Why the claimed lease is not with the generators yet.
     waiting: Option<String>,
+    /// How the held lease was last taken anew, for `waiting`: claimed, or
+    /// renewed after its deadline (`Held::lapses`).
+    taken: &'static str,
     /// What the last successful write and read found wrong, to tell.
     warnings: Vec<String>,
 }
@@ -479,33 +514,22 @@ impl Keeper {
         })
     }
 
-    /// Runs a claim or renewal statement in a transaction that first
-    /// reads the central clock (its ceiling is held to it); `None` from
-    /// the statement: no row.
+    /// Runs a claim or renewal statement in a transaction that reads the
+    /// central clock before it (the ceiling is held to that reading) and
+    /// after it (what `Written::central_unix_ms` reports, for the fence: a
+    /// CAS that a restore could have met must fence above a reading taken
+    /// after it — one taken before may precede the restore). A clock that
+    /// cannot be used rolls the transaction back (`LeaseCentralClock`).
+    /// `None` from the statement: no row.
     fn write(&self, tables: &Tables, sql: &str, machine: i32, version: i64) -> Outcome<Written> {
         let sent_mono = mono_now_ms();
         let sent_wall = now_unix_ms();
         let until = self.settings.stops_by_unix_ms(sent_wall);
         let outcome = run(|| {
             Spi::connect_mut(|client| {
-                let clock = client.select(&clock_sql(&tables.clock), Some(2), &[])?;
-                let rows = clock.len();
-                let central = match rows {
-                    1 => clock.first().get::<i64>(1)?,
-                    _ => None,
-                };
-                let Some(central) = central else {
-                    return Ok(Some(Err(format!(
-                        "pg_idgen.lease_clock_table {} gave {rows} rows, not one row with a unix_ms: it must be a foreign table over the central server's view ({CLOCK_VIEW_SQL})",
-                        tables.clock
-                    ))));
-                };
-                // Before the CAS: a reading that is no time to fence by
-                // changes nothing in the row.
-                if let Err(e) = check_central_reading(central, now_unix_ms()) {
-                    return Ok(Some(Err(e.to_string())));
-                }
-                let ceiling = self.settings.ceiling_unix_ms(sent_wall, central);
+                let before = read_central_clock(client, &tables.clock)?;
+                failpoint("lease-before-cas");
+                let ceiling = self.settings.ceiling_unix_ms(sent_wall, before);
                 let rows = client.update(
                     sql,
                     None,
@@ -523,11 +547,12 @@ impl Keeper {
                     return Ok(None);
                 }
                 let version = rows.first().get::<i64>(1)?.unwrap_or(i64::MIN);
-                Ok(Some(Ok((version, ceiling, central))))
+                let after = read_central_clock(client, &tables.clock)?;
+                Ok(Some((version, ceiling, after.max(before))))
             })
         });
         match outcome {
-            Outcome::Done(Ok((new_version, ceiling, central))) => {
+            Outcome::Done((new_version, ceiling, central)) => {
                 self.state
                     .lease
                     .until_unix_ms
@@ -540,11 +565,6 @@ impl Keeper {
                     central_unix_ms: central,
                 })
             }
-            Outcome::Done(Err(message)) => Outcome::Failed(StoredError {
-                sqlstate: PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE as i32,
-                message,
-                hint: String::new(),
-            }),
             Outcome::NoMatch => Outcome::NoMatch,
             Outcome::Failed(e) => Outcome::Failed(e),
         }
@@ -616,6 +636,7 @@ impl Keeper {
                 self.previous = Some(held.machine_id);
                 self.held = Some(held);
                 self.handed_over = false;
+                self.taken = CLAIMED;
                 self.hand_over_when_ready()
             }
             Outcome::NoMatch => 0, // someone else won: read again
@@ -655,8 +676,9 @@ impl Keeper {
             }
             Some(IssueWait::ForClock { ms, until_unix_ms }) => {
                 self.waiting = Some(format!(
-                    "machine id {} is claimed; its first ID waits until {}: a claim starts above the central server's clock plus the lease duration and {CENTRAL_CLOCK_SLACK_MS} ms, so that a restored lease table cannot repeat the IDs of a holder it forgot, and snowflake time may run only pg_idgen.snowflake_max_lead ({} ms) ahead of this server's clock",
+                    "machine id {} {}; its first ID waits until {}: a claim starts above the central server's clock plus the lease duration and {CENTRAL_CLOCK_SLACK_MS} ms, so that a restored lease table cannot repeat the IDs of a holder it forgot, and snowflake time may run only pg_idgen.snowflake_max_lead ({} ms) ahead of this server's clock",
                     held.machine_id,
+                    self.taken,
                     timestamptz_text(until_unix_ms),
                     self.settings.max_lead_ms
                 ));
@@ -664,8 +686,9 @@ impl Keeper {
             }
             Some(IssueWait::ForCeiling) => {
                 self.waiting = Some(format!(
-                    "machine id {} is claimed; its first ID waits for a renewal to raise the lease's ceiling above the floor it starts from, {}: a holder issues no time above the central server's clock plus the lease and {CENTRAL_CLOCK_SLACK_MS} ms, and a claim starts above the row's floor and the central clock plus a lease and {CENTRAL_CLOCK_SLACK_MS} ms, so that a restored lease table cannot repeat the IDs of a holder it forgot",
+                    "machine id {} {}; its first ID waits for a renewal to raise the lease's ceiling above the floor it starts from, {}: a holder issues no time above the central server's clock plus the lease and {CENTRAL_CLOCK_SLACK_MS} ms, and a claim starts above the row's floor and the central clock plus a lease and {CENTRAL_CLOCK_SLACK_MS} ms, so that a restored lease table cannot repeat the IDs of a holder it forgot",
                     held.machine_id,
+                    self.taken,
                     held.floor_unix_ms.map_or("none".into(), timestamptz_text)
                 ));
                 until_renewal
@@ -719,6 +742,7 @@ impl Keeper {
                 let renewed = held.renewed(&self.settings, &fenced);
                 if lapsed {
                     self.stop();
+                    self.taken = RENEWED_LATE;
                 } else if self.handed_over {
                     self.apply(&renewed, false);
                 }

@@ -50,9 +50,9 @@ pub const KEEPER_RESTART: Duration = Duration::from_secs(1);
 /// keeper's restart delay, and far above a healthy fsync.
 const KEEPER_WAIT_MIN_MS: i64 = 2 * KEEPER_RESTART.as_millis() as i64;
 
-/// How long a call that waits for a lease sleeps between looks (the lease
-/// keeper is woken at each look; a claim is a round trip to the central
-/// server, so a shorter sleep would only spin).
+/// How long a call that waits for a lease sleeps between looks (only at
+/// shared memory: the lease keeper hands a lease over on its own
+/// schedule).
 const LEASE_WAIT_SLICE_MS: i64 = 10;
 
 /// How long a call that waits for the keeper sleeps between looks: a
@@ -112,7 +112,6 @@ impl SharedText {
 /// and waiting callers; written by the lease keeper alone.
 #[repr(C)]
 pub struct LeaseShared {
-    pub(super) latch: AtomicPtr<pg_sys::Latch>,
     pub pid: AtomicI32,
     /// The machine id held (-1: none).
     pub machine: AtomicI64,
@@ -130,7 +129,6 @@ pub struct LeaseShared {
 impl LeaseShared {
     pub fn new() -> LeaseShared {
         LeaseShared {
-            latch: AtomicPtr::new(std::ptr::null_mut()),
             pid: AtomicI32::new(0),
             machine: AtomicI64::new(-1),
             until_unix_ms: AtomicI64::new(0),
@@ -138,15 +136,6 @@ impl LeaseShared {
             failures: AtomicU64::new(0),
             source: SharedText::new(),
             problem: SharedText::new(),
-        }
-    }
-
-    pub fn wake(&self) {
-        let latch = self.latch.load(Ordering::Acquire);
-        if !latch.is_null() {
-            // SAFETY: a PGPROC latch in shared memory; setting the latch of
-            // a process that just exited is harmless.
-            unsafe { pg_sys::SetLatch(latch) };
         }
     }
 
@@ -332,10 +321,6 @@ pub unsafe fn attach(base: *mut u8, found: bool) {
 }
 
 impl Snowflake {
-    fn wake_lease_keeper(&self) {
-        self.lease.wake();
-    }
-
     fn lease_problem(&self) -> String {
         self.lease.problem()
     }
@@ -447,7 +432,11 @@ impl Snowflake {
                     }
                 }
                 Refusal::NoLease | Refusal::AboveCeiling => {
-                    self.wake_lease_keeper();
+                    // The lease keeper follows its own schedule (a claim
+                    // waits out a row, a renewal its third of the lease):
+                    // a waiting call cannot make it come sooner, and
+                    // waking it would only send it to the central server
+                    // once per call and slice.
                     if waited_ms >= max_wait {
                         match refusal {
                             Refusal::NoLease => IdgenError::SnowflakeNoLease {

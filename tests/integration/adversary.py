@@ -10,8 +10,8 @@ named point, the server looks for the file `<PGDATA>/pg_idgen_failpoints/<name>`
   connects, the worker exits while starting).
 Names: `worker-start`, `worker-before-refill`, `worker-remote-before-commit`,
 `worker-before-publish`, `worker-before-give-back`; the lease keeper's
-`lease-before-renew` and `lease-after-read` (src/failpoints.rs says where
-each is).
+`lease-before-renew`, `lease-before-cas` and `lease-after-read`
+(src/failpoints.rs says where each is).
 """
 
 import contextlib

@@ -763,6 +763,74 @@ def test_a_late_renewal_landing_on_a_restored_row_never_revives_the_lease_among_
     assert min(revived) > max(b_ids), "A went on below IDs B had issued"
 
 
+def test_a_late_renewal_fences_above_a_central_reading_taken_after_its_cas(make_cluster):
+    """A late renewal counts as a claim, and its fence must use a central
+    reading taken after its CAS: one taken before may precede the restore
+    its CAS then meets. Holder A stalls before a renewal (lease-before-renew)
+    past its deadline; successor B reads the row and is held there
+    (lease-after-read); A's renewal reads the central clock and is held
+    before its CAS (lease-before-cas); B claims, and issues; the table is
+    restored to A's row with TRUNCATE and COPY ... FREEZE (frozen rows are
+    visible to A's older snapshot, so A's CAS succeeds). Fenced by its
+    early reading, A went on below B's IDs (2,000 repeats in the attack
+    that found it); fenced by the later one, above them."""
+    # A's renewal sits in its remote transaction for seconds: give it the
+    # most idle time the pinned options allow, and a long remote_timeout.
+    patient = PINNED.replace("idle_in_transaction_session_timeout=5s",
+                             "idle_in_transaction_session_timeout=10s")
+    central = central_server(make_cluster)
+    a = leased_server(make_cluster, central, start=False,
+                      conf=(*ONE_ID, *LONG_LEASE, "pg_idgen.remote_timeout = '30s'"))
+    start_leased(a, central, options=patient)
+    server_db(a)
+    assert wait_for(lambda: holds_lease(a), timeout=60), lease_of(a)
+    a_drawing = _Drawing(a)
+    b = leased_server(make_cluster, central,
+                      conf=(*ONE_ID, *LONG_LEASE, "pg_idgen.snowflake_max_lead = '60s'"))
+    server_db(b)
+    b_drawing, a_before = None, 0
+    a_renewal, a_cas = Failpoint(a, "lease-before-renew"), Failpoint(a, "lease-before-cas")
+    b_read = Failpoint(b, "lease-after-read")
+    try:
+        a_renewal.arm("pause")
+        a_renewal.wait_reached()
+        [a_row] = central.sql("SELECT * FROM idgen_machine_lease")
+        refused_before = a_drawing.refusals
+        assert wait_for(lambda: a_drawing.refusals > refused_before, timeout=60), \
+            "A's lease never ran out"
+        b_read.arm("pause")
+        b_read.wait_reached()       # B has read A's row, unchanged for a lease
+        a_cas.arm("pause")
+        a_renewal.release()
+        a_cas.wait_reached()        # A has read the central clock, its CAS not sent
+        b_drawing = _Drawing(b)
+        b_read.release()
+        assert wait_for(lambda: len(b_drawing.ids) > 0, timeout=60), lease_of(b)
+        with central.connect(autocommit=False) as conn:
+            conn.execute("TRUNCATE idgen_machine_lease")
+            with conn.cursor().copy("COPY idgen_machine_lease FROM STDIN WITH (FREEZE)") as copy:
+                copy.write_row(a_row)
+            conn.commit()
+        a_before = len(a_drawing.ids)
+        a_cas.release()
+        latest_time = lambda ids: a.sql(  # noqa: E731
+            "SELECT (snowflake_parse(%s)).ts", (ids[-1],), dbname=server_db(a))[0][0]
+        # A issues again; it runs until it is past every ID of B (or its
+        # clock would have been, had it started below them).
+        assert wait_for(lambda: len(a_drawing.ids) > a_before, timeout=90), lease_of(a)
+        b_ids = b_drawing.stop()
+        assert b_ids, "B never issued"
+        b_top = a.sql("SELECT (snowflake_parse(%s)).ts", (max(b_ids),), dbname=server_db(a))[0][0]
+        assert wait_for(lambda: latest_time(a_drawing.ids) > b_top, timeout=90)
+    finally:
+        for fp in (a_renewal, a_cas, b_read):
+            fp.release()
+        a_ids = a_drawing.stop()
+        b_ids = b_drawing.stop() if b_drawing else []
+    assert_unique(a_ids + b_ids)
+    assert min(a_ids[a_before:]) > max(b_ids), "A went on below IDs B had issued"
+
+
 def test_a_floor_cleared_by_hand_under_a_killed_holder_never_lets_a_successor_repeat_its_ids(
         make_cluster):
     """One machine id. Holder A issues densely for some seconds and is
