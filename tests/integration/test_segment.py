@@ -409,12 +409,15 @@ def test_segment_setval_moves_every_session_above_the_value_even_with_a_refill_i
         assert a.execute("SELECT segment_currval('t')").fetchone() == (max(after),)
         assert b.execute("SELECT segment_currval('t')").fetchone() == (value,)
         for how in ("prepared", "do"):
-            (max_id,), = lc.sql("SELECT max_id FROM id_segment WHERE biz_tag = 't'", dbname=db)
-            value = max_id + 10_000
-            if how == "prepared":
-                b.execute("SELECT segment_setval('t', %s)", (value,), prepare=True)
-            else:
-                b.execute(f"DO $$ BEGIN PERFORM segment_setval('t', {value}); END $$")
+            # The row locked first, so that the prefetching worker cannot
+            # raise max_id past the value before the setval.
+            with b.transaction():
+                (max_id,), = b.execute("SELECT max_id FROM id_segment WHERE biz_tag = 't' FOR UPDATE")
+                value = max_id + 10_000
+                if how == "prepared":
+                    b.execute("SELECT segment_setval('t', %s)", (value,), prepare=True)
+                else:
+                    b.execute(f"DO $$ BEGIN PERFORM segment_setval('t', {value}); END $$")
             more = [r[0] for r in a.execute("SELECT segment_nextval('t') FROM generate_series(1, 300)")]
             assert min(more) > value, (how, min(more), value)
             after += more
@@ -456,16 +459,22 @@ def test_segment_setval_from_a_trigger_and_a_cursor_holds_through_a_crash_and_a_
         c.sql(statement, dbname=db)
     drawn = [r[0] for r in c.sql("SELECT segment_nextval('t') FROM generate_series(1, 500)", dbname=db)]
 
-    def max_id():
-        return c.sql("SELECT max_id FROM id_segment WHERE biz_tag = 't'", dbname=db)[0][0]
+    # Each value is set above max_id in a transaction that first locks the
+    # tag's row: the refill worker, prefetching meanwhile, cannot raise
+    # max_id past it (on a busy machine it took 7,500 IDs between a plain
+    # read and the setval, which was then refused as a move back).
+    def locked_max_id(conn):
+        return conn.execute("SELECT max_id FROM id_segment WHERE biz_tag = 't' FOR UPDATE").fetchone()[0]
 
-    value = max_id() + 1_000
-    c.sql("INSERT INTO marks VALUES (%s)", (value,), dbname=db)
+    with c.connect(db, autocommit=False) as conn:
+        value = locked_max_id(conn) + 1_000
+        conn.execute("INSERT INTO marks VALUES (%s)", (value,))
+        conn.commit()
     got = [r[0] for r in c.sql("SELECT segment_nextval('t') FROM generate_series(1, 300)", dbname=db)]
     assert min(got) > value
     drawn += got
-    value = max_id() + 1_000
     with c.connect(db, autocommit=False) as conn:
+        value = locked_max_id(conn) + 1_000
         conn.execute("DECLARE setting CURSOR FOR SELECT segment_setval('t', %s)", (value,))
         assert conn.execute("FETCH setting").fetchone() == (value,)
         conn.commit()
@@ -474,8 +483,10 @@ def test_segment_setval_from_a_trigger_and_a_cursor_holds_through_a_crash_and_a_
     got = [r[0] for r in c.sql("SELECT segment_nextval('t') FROM generate_series(1, 300)", dbname=db)]
     assert min(got) > value
     drawn += got
-    value = max_id() + 1_000
-    c.sql("SELECT segment_setval('t', %s)", (value,), dbname=db)
+    with c.connect(db, autocommit=False) as conn:
+        value = locked_max_id(conn) + 1_000
+        conn.execute("SELECT segment_setval('t', %s)", (value,))
+        conn.commit()
     c.restart()
     with pytest.raises(errors.ObjectNotInPrerequisiteState):
         c.sql("SELECT segment_currval('t')", dbname=db)
