@@ -2,7 +2,8 @@
 # The whole test suite, on every supported PostgreSQL: formatting and lints,
 # then per version the plain #[test]s and #[pg_test]s (cargo pgrx test),
 # the SQL regression files (pg_regress) and the integration tests (pytest,
-# each on throwaway clusters). PostgreSQL 15 runs everything; 16, 17 and 18
+# each on throwaway clusters, three files at a time). PostgreSQL 15 runs
+# everything; 16, 17 and 18
 # run the core integration tests (15 adds a switchover and a failover under
 # Patroni): concurrency, crash and restart, the
 # calling-context matrix, blocks, a central server's ranges and leases, a
@@ -43,7 +44,6 @@ CORE_TESTS=(
     tests/integration/test_snowflake.py::test_four_sessions_of_a_million_ids_never_collide
     tests/integration/test_snowflake.py::test_a_crash_never_repeats_a_snowflake_id
     tests/integration/test_snowflake.py::test_a_restart_with_the_clock_an_hour_back_issues_only_larger_ids
-    tests/integration/test_torture.py::test_crash_loop_never_repeats_an_id
     tests/integration/test_max_id_guard.py
     tests/integration/test_creating_transaction.py
     tests/integration/test_ddl_and_workers.py
@@ -54,6 +54,25 @@ CORE_TESTS=(
     "tests/integration/test_failover.py::test_a_promoted_standby_continues_above_every_replicated_id[right]"
     tests/integration/test_pg_upgrade.py
 )
+
+# The test files run in parallel, a file's tests in one worker (they share
+# its module clusters): most of their time is spent waiting on servers, so
+# three workers on two cores take about half as long. The torture tests run
+# alone after them (they load the machine on purpose, and print their tally
+# from the controlling process), and on 15 test_upgrade.py too: it renames
+# old releases' libraries over the installed one, which a server started
+# by another worker meanwhile would load.
+PARALLEL=(-n 3 --dist loadfile)
+ALONE_15=(tests/integration/test_upgrade.py tests/integration/test_torture.py)
+ALONE_CORE=(tests/integration/test_torture.py::test_crash_loop_never_repeats_an_id)
+
+# pytest; "no tests selected" (exit 5, e.g. with -k) is no failure.
+run_pytest() {
+    local rc=0
+    .venv/bin/python -m pytest -p no:cacheprovider "$@" || rc=$?
+    ((rc == 5)) && rc=0
+    return "$rc"
+}
 
 echo; echo "== cargo fmt --check"
 cargo fmt --check
@@ -112,10 +131,15 @@ for major in "${versions[@]}"; do
     echo; echo "== integration tests"
     if [[ $major == "$PG_DEBIAN_MAJOR" ]]; then
         # Debian's patroni runs Debian's PostgreSQL: test_patroni.py on 15.
-        PG_IDGEN_PATRONI=1 .venv/bin/python -m pytest -p no:cacheprovider tests/integration "${pytest_args[@]}"
+        PG_IDGEN_PATRONI=1 run_pytest "${PARALLEL[@]}" tests/integration \
+            "${ALONE_15[@]/#/--ignore=}" "${pytest_args[@]}"
+        alone=("${ALONE_15[@]}")
     else
-        .venv/bin/python -m pytest -p no:cacheprovider "${CORE_TESTS[@]}" "${pytest_args[@]}"
+        run_pytest "${PARALLEL[@]}" "${CORE_TESTS[@]}" "${pytest_args[@]}"
+        alone=("${ALONE_CORE[@]}")
     fi
+    echo; echo "== integration tests run alone"
+    run_pytest "${alone[@]}" "${pytest_args[@]}"
     previous=$major
 done
 
