@@ -561,7 +561,7 @@ pub fn refill_problem_report(problem: &RefillProblem, tag: &str) -> StoredError 
                     "central server \"{server}\" is not where this server left it for segment tag \"{tag}\": {moved}"
                 ),
                 format!(
-                    "It may have lost ranges any attached server took; no ID is handed out until, on the central server, each tag's row is raised to the largest id_segment_remote.max_id_seen (or id_segment_detached.max_id_seen) of those servers: UPDATE id_segment SET max_id = greatest(max_id, <that value>), version = version + 1 WHERE biz_tag = {}; then SELECT segment_central_accept() there. After a switchover to a synchronous standby, the accept alone will do.",
+                    "It may have lost ranges any attached server took; no ID is handed out until, on the central server, the row of every tag attached servers draw from — not only this one: the accept lifts the refusal for all of them — is raised to the largest id_segment_remote.max_id_seen (or id_segment_detached.max_id_seen) of those servers for that tag, for this one: UPDATE id_segment SET max_id = greatest(max_id, <that value>), version = version + 1 WHERE biz_tag = {}; then SELECT segment_central_accept() there. After a switchover to a synchronous standby, the accept alone will do.",
                     quote_literal(tag)
                 ),
             ),

@@ -52,7 +52,8 @@
 //!    turns into a cancel of the remote statement.
 //! 3. Where the central server is (its `id_segment_origin`: system
 //!    identifier, timeline, WAL position), against what this server
-//!    recorded at its last refill (`id_segment_remote.central_*`): another
+//!    recorded at the last refill of any of its tags attached through the
+//!    same postgres_fdw server (`id_segment_remote.central_*`): another
 //!    cluster, another timeline or WAL gone back is refused
 //!    (`CentralMoved`, `fence.rs`) before anything is written. This
 //!    catches what step 4's floor cannot: a central server that went back
@@ -145,10 +146,11 @@ struct RemoteSource {
     /// `id_segment_remote` has the `max_id_seen` column (0.3.0's SQL).
     records_seen: bool,
     /// The foreign table over the central server's `id_segment_origin`
-    /// (`None` for a tag attached before 0.3.0), and the position this
-    /// server recorded at its last refill (`None`: none yet, or cleared).
+    /// (`None` for a tag attached before 0.3.0), and the positions this
+    /// database recorded at the last refill of each tag attached through
+    /// the same postgres_fdw server (empty: none yet, or cleared).
     origin_table: Option<String>,
-    recorded: Option<Recorded>,
+    recorded: Vec<Recorded>,
 }
 
 /// The remote source of `tag`, if it has one (`id_segment_remote` sits in
@@ -175,11 +177,6 @@ fn find_remote(
                        JOIN pg_catalog.pg_namespace oc_n ON oc_n.oid OPERATOR(pg_catalog.=) oc.relnamespace \
                       WHERE oc.oid OPERATOR(pg_catalog.=) ((pg_catalog.to_jsonb(r) OPERATOR(pg_catalog.->>) 'origin_table') \
                                                             ::pg_catalog.regclass)::pg_catalog.oid), \
-                    (pg_catalog.to_jsonb(r) OPERATOR(pg_catalog.->>) 'central_system_identifier')::pg_catalog.int8, \
-                    (pg_catalog.to_jsonb(r) OPERATOR(pg_catalog.->>) 'central_timeline')::pg_catalog.int8, \
-                    pg_catalog.to_jsonb(r) OPERATOR(pg_catalog.->>) 'central_wal_lsn', \
-                    (EXTRACT(epoch FROM (pg_catalog.to_jsonb(r) OPERATOR(pg_catalog.->>) 'central_clock')::pg_catalog.timestamptz) \
-                        OPERATOR(pg_catalog.*) 1000000)::pg_catalog.int8, \
                     (pg_catalog.to_jsonb(r) OPERATOR(pg_catalog.->>) 'origin_table') IS NOT NULL, \
                     s.oid \
                FROM {remote_table} r \
@@ -198,47 +195,80 @@ fn find_remote(
     }
     let row = rows.first();
     let registered_server = row.get::<String>(3)?.unwrap_or_default();
+    let server_oid = row.get::<pg_sys::Oid>(10)?;
     Ok(Some(
         match (
             row.get::<String>(1)?,
             row.get::<pg_sys::Oid>(2)?,
             row.get::<String>(4)?,
+            server_oid,
         ) {
             // Its origin's foreign table was dropped: as good as its own.
-            _ if row.get::<bool>(13)? == Some(true) && row.get::<String>(8)?.is_none() => {
+            _ if row.get::<bool>(9)? == Some(true) && row.get::<String>(8)?.is_none() => {
                 Err(registered_server)
             }
-            (Some(qualified_name), Some(owner), Some(server)) => Ok(RemoteSource {
-                qualified_name,
-                server_oid: row.get::<pg_sys::Oid>(14)?.map_or(0, |oid| oid.to_u32()),
-                owner,
-                server,
-                server_options: row.get::<String>(5)?,
-                max_id_seen: row.get::<i64>(6)?,
-                records_seen: row.get::<bool>(7)?.unwrap_or(false),
-                origin_table: row.get::<String>(8)?,
-                recorded: match (
-                    row.get::<i64>(9)?,
-                    row.get::<i64>(10)?,
-                    row.get::<String>(11)?.as_deref().and_then(parse_lsn),
-                    row.get::<i64>(12)?,
-                ) {
-                    (Some(system_identifier), Some(timeline), Some(wal_lsn), Some(clock_us)) => {
-                        Some(Recorded {
-                            position: CentralPosition {
-                                system_identifier,
-                                timeline,
-                                wal_lsn,
-                            },
-                            clock_us,
-                        })
-                    }
-                    _ => None,
-                },
-            }),
+            (Some(qualified_name), Some(owner), Some(server), Some(server_oid)) => {
+                Ok(RemoteSource {
+                    qualified_name,
+                    server_oid: server_oid.to_u32(),
+                    owner,
+                    server,
+                    server_options: row.get::<String>(5)?,
+                    max_id_seen: row.get::<i64>(6)?,
+                    records_seen: row.get::<bool>(7)?.unwrap_or(false),
+                    origin_table: row.get::<String>(8)?,
+                    recorded: recorded_on_server(client, remote_table, server_oid)?,
+                })
+            }
             _ => Err(registered_server),
         },
     ))
+}
+
+/// Where this database's tags attached through the postgres_fdw server
+/// `server_oid` recorded the central server at their last refills: each
+/// refill of any of them is checked against them all, so a central server
+/// one tag's refill shows went back is refused for every tag taken from it
+/// (a tag whose own last refill came before the point it went back to
+/// would see nothing wrong with its own record).
+fn recorded_on_server(
+    client: &SpiClient<'_>,
+    remote_table: &str,
+    server_oid: pg_sys::Oid,
+) -> Result<Vec<Recorded>, pgrx::spi::Error> {
+    let rows = client.select(
+        &format!(
+            "SELECT (pg_catalog.to_jsonb(r) OPERATOR(pg_catalog.->>) 'central_system_identifier')::pg_catalog.int8, \
+                    (pg_catalog.to_jsonb(r) OPERATOR(pg_catalog.->>) 'central_timeline')::pg_catalog.int8, \
+                    pg_catalog.to_jsonb(r) OPERATOR(pg_catalog.->>) 'central_wal_lsn', \
+                    (EXTRACT(epoch FROM (pg_catalog.to_jsonb(r) OPERATOR(pg_catalog.->>) 'central_clock')::pg_catalog.timestamptz) \
+                        OPERATOR(pg_catalog.*) 1000000)::pg_catalog.int8 \
+               FROM {remote_table} r \
+               JOIN pg_catalog.pg_foreign_table ft ON ft.ftrelid OPERATOR(pg_catalog.=) r.foreign_table \
+              WHERE ft.ftserver OPERATOR(pg_catalog.=) $1"
+        ),
+        None,
+        &[server_oid.into()],
+    )?;
+    let mut recorded = Vec::new();
+    for row in rows {
+        if let (Some(system_identifier), Some(timeline), Some(wal_lsn), Some(clock_us)) = (
+            row.get::<i64>(1)?,
+            row.get::<i64>(2)?,
+            row.get::<String>(3)?.as_deref().and_then(parse_lsn),
+            row.get::<i64>(4)?,
+        ) {
+            recorded.push(Recorded {
+                position: CentralPosition {
+                    system_identifier,
+                    timeline,
+                    wal_lsn,
+                },
+                clock_us,
+            });
+        }
+    }
+    Ok(recorded)
 }
 
 fn find_table(client: &SpiClient<'_>) -> Result<Option<Table>, pgrx::spi::Error> {
@@ -372,7 +402,11 @@ fn take_remote_range(
                 let view = format!("id_segment_origin (read by foreign table {origin})");
                 read_origin(client, origin, &remote.server, &view)
             })?;
-            if let Some(moved) = refusal(remote.recorded, report.position, report.accepted) {
+            let moved = remote
+                .recorded
+                .iter()
+                .find_map(|recorded| refusal(Some(*recorded), report.position, report.accepted));
+            if let Some(moved) = moved {
                 return Ok(Err(RefillProblem::CentralMoved {
                     server: remote.server,
                     moved,

@@ -439,12 +439,12 @@ def test_long_server_names_and_a_dropped_foreign_table(make_cluster):
     assert "foreign table was dropped" in str(caught.value)
 
 
-def _draw_until_error(cluster, db, into, n=500, limit=200_000):
+def _draw_until_error(cluster, db, into, n=500, limit=200_000, tag="orders"):
     """Draws `n` at a time into `into` until a draw fails; returns the error."""
     with cluster.connect(db) as conn:
         while len(into) < limit:
             try:
-                into += draw(conn, "orders", n)
+                into += draw(conn, tag, n)
             except psycopg.Error as e:
                 return e
     raise AssertionError(f"no error after {len(into)} IDs")
@@ -570,6 +570,61 @@ def test_a_central_server_restored_from_a_cold_copy_is_refused_until_raised_as_d
     for shard, db in shards:
         drawn += draw_plain(shard, db, "orders", 5_000)
     assert_unique(drawn)
+
+
+def test_a_shard_that_sees_the_central_server_went_back_on_one_tag_refuses_every_tag_of_it(
+        make_cluster):
+    """Two tags on one central server, both attached on both shards. After
+    a cold copy of the central server, shard 1 draws only 'orders' and
+    shard 2 only 'b'; the copy is put back. Shard 1's 'orders' record shows
+    the WAL went back, and its 'b' — whose own last refill came before the
+    copy, and whose mark is below the restored row — is refused as well
+    (on the code that fenced each tag by its own record alone, shard 1
+    handed out 'b' IDs shard 2 had handed out: 12,010 repeats in an
+    attack). The documented step, every tag's row raised, lets both go
+    on."""
+    central, central_db, shards = central_and_shards(make_cluster)
+    central.sql("SELECT segment_create('b', step => 10)", dbname=central_db)
+    for shard, db in shards:
+        shard.sql("SELECT segment_attach('b', 'central')", dbname=db)
+    (s1, db1), (s2, db2) = shards
+    drawn = {"orders": [], "b": []}
+    for shard, db in shards:
+        drawn["b"] += draw_plain(shard, db, "b", 2_000)
+    drawn["orders"] += draw_plain(s1, db1, "orders", 2_000)
+    copy = os.path.join(central.dir, "cold-copy")
+    central.stop()
+    subprocess.run(["cp", "-a", central.data, copy], check=True)
+    central.start()
+    drawn["orders"] += draw_plain(s1, db1, "orders", 20_000)
+    drawn["b"] += draw_plain(s2, db2, "b", 20_000)
+    central.stop()
+    shutil.rmtree(central.data)
+    subprocess.run(["cp", "-a", copy, central.data], check=True)
+    central.start()
+
+    error = _draw_until_error(s1, db1, drawn["orders"])
+    assert isinstance(error, psycopg.errors.DataException), error
+    error = _draw_until_error(s1, db1, drawn["b"], n=100, tag="b")
+    assert isinstance(error, psycopg.errors.DataException), error
+    assert ('central server "central" is not where this server left it for segment tag "b"'
+            in str(error)), error
+    assert "its WAL position went back to" in str(error), error
+    assert "not only this one" in error.diag.message_hint, error.diag.message_hint
+    for ids in drawn.values():
+        assert_unique(ids)
+
+    for tag in drawn:
+        marks = [shard.sql("SELECT max_id_seen FROM id_segment_remote WHERE biz_tag = %s", (tag,),
+                           dbname=db)[0][0] for shard, db in shards]
+        central.sql("UPDATE id_segment SET max_id = greatest(max_id, %s), version = version + 1 "
+                    "WHERE biz_tag = %s", (max(marks), tag), dbname=central_db)
+    central.sql("SELECT segment_central_accept()", dbname=central_db)
+    for shard, db in shards:
+        for tag in drawn:
+            drawn[tag] += draw_plain(shard, db, tag, 3_000)
+    for ids in drawn.values():
+        assert_unique(ids)
 
 
 def _refused_as_moved(error, what):
