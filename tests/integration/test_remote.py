@@ -456,7 +456,9 @@ def test_the_server_must_pin_the_central_session_and_a_later_change_stops_refill
     attached under 0.2.0) stops refilling with the same error and hint, and
     the hint's ALTER SERVER makes it work again."""
     central, central_db, [(shard, db)] = central_and_shards(make_cluster, shards=1)
-    assert len(draw_plain(shard, db, "orders", 100)) == 100
+    # Drawn before the change: the IDs after the fix must all be above them.
+    drawn = draw_plain(shard, db, "orders", 100)
+    assert len(drawn) == 100
     shard.sql("CREATE SERVER bare FOREIGN DATA WRAPPER postgres_fdw OPTIONS "
               f"(host '{central.dir}', port '5432', dbname '{central_db}', connect_timeout '2')",
               dbname=db)
@@ -474,8 +476,8 @@ def test_the_server_must_pin_the_central_session_and_a_later_change_stops_refill
     # The attached server loses its pinning: the tag's refills stop.
     shard.sql("ALTER SERVER central OPTIONS (SET options '-c synchronous_commit=off "
               "-c lock_timeout=10ms -c idle_in_transaction_session_timeout=5s')", dbname=db)
-    drawn = []
-    error = _draw_until_error(shard, db, drawn)
+    # Whatever the shard had cached goes out; the first refill is refused.
+    error = _draw_until_error(shard, db, drawn, n=10)
     assert isinstance(error, psycopg.errors.InvalidParameterValue), error
     assert 'server "central" sets synchronous_commit=off' in str(error)
     hint = error.diag.message_hint
