@@ -48,7 +48,12 @@ CREATE TABLE id_segment_remote (
     central_system_identifier bigint,
     central_timeline bigint,
     central_wal_lsn pg_lsn,
-    central_clock timestamptz
+    central_clock timestamptz,
+    -- Which database and which id_segment table there (their OIDs): a
+    -- dump restored into the same cluster, or the server pointed at
+    -- another copy of the database, is another table.
+    central_database_oid bigint,
+    central_table_oid bigint
 );
 COMMENT ON TABLE id_segment_remote IS 'pg_idgen: segment tags whose ranges come from a central server through postgres_fdw';
 SELECT pg_catalog.pg_extension_config_dump('id_segment_remote', '');
@@ -62,7 +67,17 @@ CREATE TABLE id_segment_detached (
     biz_tag     varchar(64) PRIMARY KEY,
     server      name        NOT NULL,
     max_id_seen bigint      NOT NULL,
-    detached_at timestamptz NOT NULL DEFAULT now()
+    detached_at timestamptz NOT NULL DEFAULT now(),
+    -- Where the central server was at the tag's last refill here (as in
+    -- id_segment_remote): a segment_attach, and every refill of a tag
+    -- attached through the same server, is fenced by it too, so that a
+    -- drop and an attach do not forget a central server that went back.
+    central_system_identifier bigint,
+    central_timeline bigint,
+    central_wal_lsn pg_lsn,
+    central_clock timestamptz,
+    central_database_oid bigint,
+    central_table_oid bigint
 );
 COMMENT ON TABLE id_segment_detached IS 'pg_idgen: attached segment tags dropped here, with the largest central max_id taken below';
 SELECT pg_catalog.pg_extension_config_dump('id_segment_detached', '');
@@ -70,30 +85,41 @@ SELECT pg_catalog.pg_extension_config_dump('id_segment_detached', '');
 -- Where this server is, for the servers attached to it (segment_attach
 -- reads it through postgres_fdw; every refill checks it): which cluster,
 -- which WAL timeline (the first 8 hex digits of the current WAL file's
--- name), the WAL insert position, this server's clock, and when the DBA
--- last accepted where it is (segment_central_accept).
+-- name), the WAL insert position, this server's clock, which database and
+-- id_segment table (their OIDs: a dump restored into the same cluster
+-- makes new ones), and when the DBA last accepted where it is
+-- (segment_central_accept) in this database and table — an acceptance
+-- restored with a dump is about the table it was made in, not this one.
 CREATE TABLE id_segment_origin_accepted (
     accepted_at       timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
     system_identifier bigint      NOT NULL,
     timeline          bigint      NOT NULL,
-    wal_lsn           pg_lsn      NOT NULL
+    wal_lsn           pg_lsn      NOT NULL,
+    database_oid      bigint      NOT NULL,
+    table_oid         bigint      NOT NULL
 );
 COMMENT ON TABLE id_segment_origin_accepted IS 'pg_idgen: each time a DBA accepted where this central server is, after raising its rows (segment_central_accept)';
 SELECT pg_catalog.pg_extension_config_dump('id_segment_origin_accepted', '');
 CREATE VIEW id_segment_origin AS
-SELECT (pg_catalog.pg_control_system()).system_identifier AS system_identifier,
-       ('x' OPERATOR(pg_catalog.||) pg_catalog.substr(pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_lsn()), 1, 8))::pg_catalog.bit(32)::pg_catalog.int4::pg_catalog.int8 AS timeline,
-       pg_catalog.pg_current_wal_lsn() AS wal_lsn,
-       pg_catalog.clock_timestamp() AS clock,
-       -- The last acceptance, and where the server was then: it counts
-       -- only for that cluster and timeline.
-       (SELECT a.accepted_at FROM id_segment_origin_accepted a
-         ORDER BY a.accepted_at DESC LIMIT 1) AS accepted_at,
-       (SELECT a.system_identifier FROM id_segment_origin_accepted a
-         ORDER BY a.accepted_at DESC LIMIT 1) AS accepted_system_identifier,
-       (SELECT a.timeline FROM id_segment_origin_accepted a
-         ORDER BY a.accepted_at DESC LIMIT 1) AS accepted_timeline;
-COMMENT ON VIEW id_segment_origin IS 'pg_idgen: which cluster this is, its WAL timeline and position, checked by the servers attached to it before every refill';
+SELECT here.system_identifier, here.timeline, here.wal_lsn, here.clock,
+       -- The last acceptance in this database and table, and where the
+       -- server was then: it counts only for that cluster and timeline.
+       last.accepted_at, last.system_identifier AS accepted_system_identifier,
+       last.timeline AS accepted_timeline,
+       here.database_oid, here.table_oid
+  FROM (SELECT (pg_catalog.pg_control_system()).system_identifier AS system_identifier,
+               ('x' OPERATOR(pg_catalog.||) pg_catalog.substr(pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_lsn()), 1, 8))::pg_catalog.bit(32)::pg_catalog.int4::pg_catalog.int8 AS timeline,
+               pg_catalog.pg_current_wal_lsn() AS wal_lsn,
+               pg_catalog.clock_timestamp() AS clock,
+               (SELECT d.oid FROM pg_catalog.pg_database d
+                 WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())::pg_catalog.int8 AS database_oid,
+               '@extschema@.id_segment'::pg_catalog.regclass::pg_catalog.oid::pg_catalog.int8 AS table_oid) here
+  LEFT JOIN LATERAL (
+       SELECT a.accepted_at, a.system_identifier, a.timeline FROM id_segment_origin_accepted a
+        WHERE a.database_oid OPERATOR(pg_catalog.=) here.database_oid
+          AND a.table_oid OPERATOR(pg_catalog.=) here.table_oid
+        ORDER BY a.accepted_at DESC LIMIT 1) last ON true;
+COMMENT ON VIEW id_segment_origin IS 'pg_idgen: which cluster, database and id_segment table this is, its WAL timeline and position, checked by the servers attached to it before every refill';
 GRANT SELECT ON id_segment_origin TO PUBLIC;
 GRANT SELECT ON id_segment_origin_accepted TO PUBLIC;
 
@@ -104,8 +130,8 @@ CREATE FUNCTION segment_central_accept() RETURNS timestamptz
     LANGUAGE sql VOLATILE
     SET search_path = pg_catalog, pg_temp
     AS $$
-    INSERT INTO @extschema@.id_segment_origin_accepted (system_identifier, timeline, wal_lsn)
-    SELECT system_identifier, timeline, wal_lsn FROM @extschema@.id_segment_origin
+    INSERT INTO @extschema@.id_segment_origin_accepted (system_identifier, timeline, wal_lsn, database_oid, table_oid)
+    SELECT system_identifier, timeline, wal_lsn, database_oid, table_oid FROM @extschema@.id_segment_origin
     RETURNING accepted_at
 $$;
 COMMENT ON FUNCTION segment_central_accept() IS 'pg_idgen: after raising this central server''s rows above what every attached server took, lets the attached servers refill from it again although it failed over or was restored';

@@ -77,7 +77,9 @@ ALTER TABLE id_segment_remote
     ADD COLUMN central_system_identifier bigint,
     ADD COLUMN central_timeline bigint,
     ADD COLUMN central_wal_lsn pg_lsn,
-    ADD COLUMN central_clock timestamptz;
+    ADD COLUMN central_clock timestamptz,
+    ADD COLUMN central_database_oid bigint,
+    ADD COLUMN central_table_oid bigint;
 
 -- Tags attached before 0.3.0: the foreign table over the central server's
 -- id_segment_origin, as segment_attach makes it now (same server, same
@@ -136,7 +138,7 @@ BEGIN
             EXECUTE pg_catalog.format(
                 'CREATE FOREIGN TABLE %I.%I (system_identifier bigint, timeline bigint, wal_lsn pg_lsn, '
                 'clock timestamptz, accepted_at timestamptz, accepted_system_identifier bigint, '
-                'accepted_timeline bigint) SERVER %I OPTIONS (schema_name %L, table_name %L)',
+                'accepted_timeline bigint, database_oid bigint, table_oid bigint) SERVER %I OPTIONS (schema_name %L, table_name %L)',
                 attached.here, origin_name, attached.srvname, attached.remote_schema, 'id_segment_origin');
             origin := pg_catalog.format('%I.%I', attached.here, origin_name)::pg_catalog.regclass;
             EXECUTE pg_catalog.format('ALTER EXTENSION pg_idgen DROP FOREIGN TABLE %s', origin);
@@ -166,7 +168,17 @@ CREATE TABLE id_segment_detached (
     biz_tag     varchar(64) PRIMARY KEY,
     server      name        NOT NULL,
     max_id_seen bigint      NOT NULL,
-    detached_at timestamptz NOT NULL DEFAULT now()
+    detached_at timestamptz NOT NULL DEFAULT now(),
+    -- Where the central server was at the tag's last refill here (as in
+    -- id_segment_remote): a segment_attach, and every refill of a tag
+    -- attached through the same server, is fenced by it too, so that a
+    -- drop and an attach do not forget a central server that went back.
+    central_system_identifier bigint,
+    central_timeline bigint,
+    central_wal_lsn pg_lsn,
+    central_clock timestamptz,
+    central_database_oid bigint,
+    central_table_oid bigint
 );
 COMMENT ON TABLE id_segment_detached IS 'pg_idgen: attached segment tags dropped here, with the largest central max_id taken below';
 SELECT pg_catalog.pg_extension_config_dump('id_segment_detached', '');
@@ -174,30 +186,41 @@ SELECT pg_catalog.pg_extension_config_dump('id_segment_detached', '');
 -- Where this server is, for the servers attached to it (segment_attach
 -- reads it through postgres_fdw; every refill checks it): which cluster,
 -- which WAL timeline (the first 8 hex digits of the current WAL file's
--- name), the WAL insert position, this server's clock, and when the DBA
--- last accepted where it is (segment_central_accept).
+-- name), the WAL insert position, this server's clock, which database and
+-- id_segment table (their OIDs: a dump restored into the same cluster
+-- makes new ones), and when the DBA last accepted where it is
+-- (segment_central_accept) in this database and table — an acceptance
+-- restored with a dump is about the table it was made in, not this one.
 CREATE TABLE id_segment_origin_accepted (
     accepted_at       timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
     system_identifier bigint      NOT NULL,
     timeline          bigint      NOT NULL,
-    wal_lsn           pg_lsn      NOT NULL
+    wal_lsn           pg_lsn      NOT NULL,
+    database_oid      bigint      NOT NULL,
+    table_oid         bigint      NOT NULL
 );
 COMMENT ON TABLE id_segment_origin_accepted IS 'pg_idgen: each time a DBA accepted where this central server is, after raising its rows (segment_central_accept)';
 SELECT pg_catalog.pg_extension_config_dump('id_segment_origin_accepted', '');
 CREATE VIEW id_segment_origin AS
-SELECT (pg_catalog.pg_control_system()).system_identifier AS system_identifier,
-       ('x' OPERATOR(pg_catalog.||) pg_catalog.substr(pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_lsn()), 1, 8))::pg_catalog.bit(32)::pg_catalog.int4::pg_catalog.int8 AS timeline,
-       pg_catalog.pg_current_wal_lsn() AS wal_lsn,
-       pg_catalog.clock_timestamp() AS clock,
-       -- The last acceptance, and where the server was then: it counts
-       -- only for that cluster and timeline.
-       (SELECT a.accepted_at FROM id_segment_origin_accepted a
-         ORDER BY a.accepted_at DESC LIMIT 1) AS accepted_at,
-       (SELECT a.system_identifier FROM id_segment_origin_accepted a
-         ORDER BY a.accepted_at DESC LIMIT 1) AS accepted_system_identifier,
-       (SELECT a.timeline FROM id_segment_origin_accepted a
-         ORDER BY a.accepted_at DESC LIMIT 1) AS accepted_timeline;
-COMMENT ON VIEW id_segment_origin IS 'pg_idgen: which cluster this is, its WAL timeline and position, checked by the servers attached to it before every refill';
+SELECT here.system_identifier, here.timeline, here.wal_lsn, here.clock,
+       -- The last acceptance in this database and table, and where the
+       -- server was then: it counts only for that cluster and timeline.
+       last.accepted_at, last.system_identifier AS accepted_system_identifier,
+       last.timeline AS accepted_timeline,
+       here.database_oid, here.table_oid
+  FROM (SELECT (pg_catalog.pg_control_system()).system_identifier AS system_identifier,
+               ('x' OPERATOR(pg_catalog.||) pg_catalog.substr(pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_lsn()), 1, 8))::pg_catalog.bit(32)::pg_catalog.int4::pg_catalog.int8 AS timeline,
+               pg_catalog.pg_current_wal_lsn() AS wal_lsn,
+               pg_catalog.clock_timestamp() AS clock,
+               (SELECT d.oid FROM pg_catalog.pg_database d
+                 WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())::pg_catalog.int8 AS database_oid,
+               '@extschema@.id_segment'::pg_catalog.regclass::pg_catalog.oid::pg_catalog.int8 AS table_oid) here
+  LEFT JOIN LATERAL (
+       SELECT a.accepted_at, a.system_identifier, a.timeline FROM id_segment_origin_accepted a
+        WHERE a.database_oid OPERATOR(pg_catalog.=) here.database_oid
+          AND a.table_oid OPERATOR(pg_catalog.=) here.table_oid
+        ORDER BY a.accepted_at DESC LIMIT 1) last ON true;
+COMMENT ON VIEW id_segment_origin IS 'pg_idgen: which cluster, database and id_segment table this is, its WAL timeline and position, checked by the servers attached to it before every refill';
 GRANT SELECT ON id_segment_origin TO PUBLIC;
 GRANT SELECT ON id_segment_origin_accepted TO PUBLIC;
 
@@ -208,8 +231,8 @@ CREATE FUNCTION segment_central_accept() RETURNS timestamptz
     LANGUAGE sql VOLATILE
     SET search_path = pg_catalog, pg_temp
     AS $$
-    INSERT INTO @extschema@.id_segment_origin_accepted (system_identifier, timeline, wal_lsn)
-    SELECT system_identifier, timeline, wal_lsn FROM @extschema@.id_segment_origin
+    INSERT INTO @extschema@.id_segment_origin_accepted (system_identifier, timeline, wal_lsn, database_oid, table_oid)
+    SELECT system_identifier, timeline, wal_lsn, database_oid, table_oid FROM @extschema@.id_segment_origin
     RETURNING accepted_at
 $$;
 COMMENT ON FUNCTION segment_central_accept() IS 'pg_idgen: after raising this central server''s rows above what every attached server took, lets the attached servers refill from it again although it failed over or was restored';
@@ -371,21 +394,33 @@ COMMENT ON COLUMN id_segment_remote.central_system_identifier IS 'the central se
 COMMENT ON COLUMN id_segment_remote.central_timeline IS 'the central server''s WAL timeline at the last refill';
 COMMENT ON COLUMN id_segment_remote.central_wal_lsn IS 'the central server''s WAL position at the last refill';
 COMMENT ON COLUMN id_segment_remote.central_clock IS 'the central server''s clock at the last refill';
+COMMENT ON COLUMN id_segment_remote.central_database_oid IS 'the OID of the central server''s database at the last refill';
+COMMENT ON COLUMN id_segment_remote.central_table_oid IS 'the OID of the central server''s id_segment at the last refill';
 COMMENT ON COLUMN id_segment_detached.biz_tag IS 'the segment tag that was attached';
 COMMENT ON COLUMN id_segment_detached.server IS 'the postgres_fdw server it was attached to';
 COMMENT ON COLUMN id_segment_detached.max_id_seen IS 'the largest central max_id this server took IDs below';
 COMMENT ON COLUMN id_segment_detached.detached_at IS 'when segment_drop detached it';
+COMMENT ON COLUMN id_segment_detached.central_system_identifier IS 'the central server''s system identifier at the tag''s last refill here';
+COMMENT ON COLUMN id_segment_detached.central_timeline IS 'the central server''s WAL timeline then';
+COMMENT ON COLUMN id_segment_detached.central_wal_lsn IS 'the central server''s WAL position then';
+COMMENT ON COLUMN id_segment_detached.central_clock IS 'the central server''s clock then';
+COMMENT ON COLUMN id_segment_detached.central_database_oid IS 'the OID of the central server''s database then';
+COMMENT ON COLUMN id_segment_detached.central_table_oid IS 'the OID of the central server''s id_segment then';
 COMMENT ON COLUMN id_segment_origin_accepted.accepted_at IS 'when segment_central_accept ran (this server''s clock)';
 COMMENT ON COLUMN id_segment_origin_accepted.system_identifier IS 'this server''s system identifier then';
 COMMENT ON COLUMN id_segment_origin_accepted.timeline IS 'its WAL timeline then';
 COMMENT ON COLUMN id_segment_origin_accepted.wal_lsn IS 'its WAL position then';
+COMMENT ON COLUMN id_segment_origin_accepted.database_oid IS 'the OID of this database then: an acceptance counts only in the database it was made in';
+COMMENT ON COLUMN id_segment_origin_accepted.table_oid IS 'the OID of id_segment then: an acceptance counts only for the table it was made for';
 COMMENT ON COLUMN id_segment_origin.system_identifier IS 'this server''s system identifier';
 COMMENT ON COLUMN id_segment_origin.timeline IS 'its WAL timeline';
 COMMENT ON COLUMN id_segment_origin.wal_lsn IS 'its WAL insert position';
 COMMENT ON COLUMN id_segment_origin.clock IS 'its clock';
-COMMENT ON COLUMN id_segment_origin.accepted_at IS 'the last segment_central_accept';
+COMMENT ON COLUMN id_segment_origin.accepted_at IS 'the last segment_central_accept in this database and table';
 COMMENT ON COLUMN id_segment_origin.accepted_system_identifier IS 'the system identifier at the last segment_central_accept';
 COMMENT ON COLUMN id_segment_origin.accepted_timeline IS 'the WAL timeline at the last segment_central_accept';
+COMMENT ON COLUMN id_segment_origin.database_oid IS 'the OID of this database';
+COMMENT ON COLUMN id_segment_origin.table_oid IS 'the OID of id_segment';
 COMMENT ON COLUMN snowflake_high_water.only_row IS 'true: the table has one row';
 COMMENT ON COLUMN snowflake_high_water.epoch_ms IS 'the layout''s epoch, Unix ms';
 COMMENT ON COLUMN snowflake_high_water.time_bits IS 'the layout''s time bits';

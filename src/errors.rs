@@ -229,6 +229,13 @@ pub enum IdgenError {
         max_id: i64,
         mark: i64,
     },
+    /// `segment_attach`: the central server is not where this database saw
+    /// it last (`segment::fence`), and was not accepted there since.
+    AttachCentralMoved {
+        tag: String,
+        server: String,
+        moved: crate::segment::fence::Moved,
+    },
     /// `segment_attach`: the central server has no row for the tag.
     RemoteTagMissing {
         tag: String,
@@ -476,6 +483,16 @@ fn remote_hint(server: &str, sqlstate: i32, hint: &str) -> String {
     }
 }
 
+/// The recovery from a central server that is not where a shard left it
+/// (a refill's `CentralMoved`, an attach's `AttachCentralMoved`): one step
+/// on the central server, safe for the shards that have not noticed yet.
+fn central_moved_hint(tag: &str) -> String {
+    format!(
+        "It may have lost ranges any attached server took; no ID is handed out until, on the central server, the row of every tag attached servers draw from — not only this one: the accept lifts the refusal for all of them — is raised to the largest id_segment_remote.max_id_seen (or id_segment_detached.max_id_seen) of those servers for that tag, for this one: UPDATE id_segment SET max_id = greatest(max_id, <that value>), version = version + 1 WHERE biz_tag = {}; then SELECT segment_central_accept() there. After a switchover to a synchronous standby, the accept alone will do.",
+        quote_literal(tag)
+    )
+}
+
 /// The error a refill problem gives the callers waiting on `tag`.
 pub fn refill_problem_report(problem: &RefillProblem, tag: &str) -> StoredError {
     {
@@ -560,10 +577,7 @@ pub fn refill_problem_report(problem: &RefillProblem, tag: &str) -> StoredError 
                 format!(
                     "central server \"{server}\" is not where this server left it for segment tag \"{tag}\": {moved}"
                 ),
-                format!(
-                    "It may have lost ranges any attached server took; no ID is handed out until, on the central server, the row of every tag attached servers draw from — not only this one: the accept lifts the refusal for all of them — is raised to the largest id_segment_remote.max_id_seen (or id_segment_detached.max_id_seen) of those servers for that tag, for this one: UPDATE id_segment SET max_id = greatest(max_id, <that value>), version = version + 1 WHERE biz_tag = {}; then SELECT segment_central_accept() there. After a switchover to a synchronous standby, the accept alone will do.",
-                    quote_literal(tag)
-                ),
+                central_moved_hint(tag),
             ),
             RefillProblem::RemoteSessionUnsafe { server, problem, options } => {
                 let e = IdgenError::RemoteSessionUnsafe {
@@ -657,6 +671,7 @@ impl IdgenError {
             IdgenError::NoConnectTimeout { .. } => ERRCODE_INVALID_PARAMETER_VALUE,
             IdgenError::RemoteSessionUnsafe { .. } => ERRCODE_INVALID_PARAMETER_VALUE,
             IdgenError::AttachBelowDetachedMark { .. } => ERRCODE_DATA_EXCEPTION,
+            IdgenError::AttachCentralMoved { .. } => ERRCODE_DATA_EXCEPTION,
             IdgenError::RemoteTagMissing { .. } => ERRCODE_UNDEFINED_OBJECT,
             IdgenError::NoCentralOrigin { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             IdgenError::ForeignTableTaken { .. } => ERRCODE_DUPLICATE_TABLE,
@@ -727,6 +742,9 @@ impl IdgenError {
             }
             IdgenError::AttachBelowDetachedMark { tag, server, max_id, mark } => format!(
                 "segment tag \"{tag}\" cannot be attached to server \"{server}\": its central row has max_id {max_id}, but this database already handed out the tag's IDs up to {mark} (id_segment_detached, from when it was attached before)"
+            ),
+            IdgenError::AttachCentralMoved { tag, server, moved } => format!(
+                "segment tag \"{tag}\" cannot be attached to server \"{server}\": the central server is not where this database left it: {moved}"
             ),
             IdgenError::RemoteTagMissing { tag, server } => {
                 format!("segment tag \"{tag}\" does not exist on server \"{server}\"")
@@ -983,6 +1001,7 @@ impl IdgenError {
                 if options.is_some() { "SET" } else { "ADD" },
                 quote_literal(&crate::remote_session::fixed_options(options.as_deref()))
             ),
+            IdgenError::AttachCentralMoved { tag, .. } => central_moved_hint(tag),
             IdgenError::RemoteTagMissing { tag, .. } => format!(
                 "Create it on the central server first (SELECT segment_create({}) there, or INSERT the tag's row into its id_segment), then attach it here.",
                 quote_literal(tag)

@@ -29,7 +29,8 @@
 
 use super::created_here;
 use super::default_check::tag_uses;
-use super::distributor::{read_origin, record_position};
+use super::distributor::{read_origin, record_position, recorded_on_server};
+use super::fence::refusal;
 use super::registry::registry_or_raise;
 use super::sql::{forget_resolved, note_setval};
 use super::tag::{self, check_tag, current_table_oid, table_name};
@@ -146,15 +147,36 @@ fn segment_drop(
         format!(
             "DELETE FROM {remote} AS r WHERE r.biz_tag OPERATOR(pg_catalog.=) $1 \
              RETURNING r.server::pg_catalog.text, \
-                       (pg_catalog.to_jsonb(r) OPERATOR(pg_catalog.->>) 'max_id_seen')::pg_catalog.int8"
+                       (pg_catalog.to_jsonb(r) OPERATOR(pg_catalog.->>) 'max_id_seen')::pg_catalog.int8, \
+                       pg_catalog.to_jsonb(r)::pg_catalog.text"
         )
     });
+    // The mark, and where the central server was at the tag's last refill
+    // (the fence of a later attach, and of the refills of the tags still
+    // attached through that server: `distributor::recorded_on_server`).
     let keep_mark = tag::detached_table_name(table_oid).map(|detached| {
+        let position = |name: &str, sql_type: &str| {
+            format!("(r.row OPERATOR(pg_catalog.->>) '{name}')::pg_catalog.{sql_type}")
+        };
         format!(
-            "INSERT INTO {detached} AS d (biz_tag, server, max_id_seen) VALUES ($1, $2, $3) \
+            "INSERT INTO {detached} AS d (biz_tag, server, max_id_seen, central_system_identifier, \
+                    central_timeline, central_wal_lsn, central_clock, central_database_oid, central_table_oid) \
+             SELECT $1, $2, $3, {}, {}, {}, {}, {}, {} FROM (SELECT $4::pg_catalog.jsonb AS row) r \
              ON CONFLICT (biz_tag) DO UPDATE SET server = EXCLUDED.server, \
                  max_id_seen = GREATEST(d.max_id_seen, EXCLUDED.max_id_seen), \
-                 detached_at = pg_catalog.now()"
+                 detached_at = pg_catalog.now(), \
+                 central_system_identifier = EXCLUDED.central_system_identifier, \
+                 central_timeline = EXCLUDED.central_timeline, \
+                 central_wal_lsn = EXCLUDED.central_wal_lsn, \
+                 central_clock = EXCLUDED.central_clock, \
+                 central_database_oid = EXCLUDED.central_database_oid, \
+                 central_table_oid = EXCLUDED.central_table_oid",
+            position("central_system_identifier", "int8"),
+            position("central_timeline", "int8"),
+            position("central_wal_lsn", "pg_lsn"),
+            position("central_clock", "timestamptz"),
+            position("central_database_oid", "int8"),
+            position("central_table_oid", "int8"),
         )
     });
     let deleted = Spi::connect_mut(|client| {
@@ -167,7 +189,12 @@ fn segment_drop(
             if let (Some(keep_mark), false) = (&keep_mark, detached.is_empty()) {
                 let row = detached.first();
                 if let (Some(server), Some(mark)) = (row.get::<String>(1)?, row.get::<i64>(2)?) {
-                    client.update(keep_mark, None, &[tag.into(), server.into(), mark.into()])?;
+                    let record = row.get::<String>(3)?;
+                    client.update(
+                        keep_mark,
+                        None,
+                        &[tag.into(), server.into(), mark.into(), record.into()],
+                    )?;
                 }
             }
         }
@@ -388,6 +415,30 @@ fn segment_attach(
         let view = format!("{remote_schema}.{ORIGIN_VIEW}");
         let position = read_origin(client, &origin, server, &view)
             .map_err(spi_failed("segment_attach: central position"))?;
+        // Not past a fence: where this database saw the central server
+        // before (through any tag attached or detached here) it must not
+        // have gone back from, unless it was accepted there since. (A drop
+        // and an attach would otherwise start the tag afresh from a
+        // central server that lost ranges.)
+        let server_oid = client
+            .select(
+                "SELECT oid FROM pg_catalog.pg_foreign_server WHERE srvname OPERATOR(pg_catalog.=) $1",
+                Some(1),
+                &[server.into()],
+            )
+            .and_then(|rows| rows.first().get::<pg_sys::Oid>(1))
+            .map_err(spi_failed("segment_attach: server"))?
+            .unwrap_or(pg_sys::InvalidOid);
+        let detached = tag::detached_table_name(table_oid);
+        let recorded = recorded_on_server(client, &registry_table, detached.as_deref(), server_oid)
+            .map_err(spi_failed("segment_attach: central position"))?;
+        if let Some(moved) = refusal(&recorded, position.position, position.accepted) {
+            return Err(IdgenError::AttachCentralMoved {
+                tag: tag.into(),
+                server: server.into(),
+                moved,
+            });
+        }
         // The central row must be there, and the mapped user must be able
         // to update it: FOR UPDATE takes the row lock on the central server,
         // which needs its UPDATE privilege (a user that can only read fails
@@ -503,7 +554,8 @@ const ROW_COLUMNS: &str =
 /// The central server's view of where it is, and its columns.
 const ORIGIN_VIEW: &str = "id_segment_origin";
 const ORIGIN_COLUMNS: &str = "system_identifier bigint, timeline bigint, wal_lsn pg_lsn, clock timestamptz, \
-                              accepted_at timestamptz, accepted_system_identifier bigint, accepted_timeline bigint";
+                              accepted_at timestamptz, accepted_system_identifier bigint, accepted_timeline bigint, \
+                              database_oid bigint, table_oid bigint";
 
 /// The foreign table `"<remote schema>.<remote table>@<server>"` in the
 /// extension's `schema`: made here, or one made before for the same server

@@ -51,11 +51,13 @@
 //! 2. `statement_timeout = pg_idgen.remote_timeout`, which postgres_fdw
 //!    turns into a cancel of the remote statement.
 //! 3. Where the central server is (its `id_segment_origin`: system
-//!    identifier, timeline, WAL position), against what this server
-//!    recorded at the last refill of any of its tags attached through the
-//!    same postgres_fdw server (`id_segment_remote.central_*`): another
-//!    cluster, another timeline or WAL gone back is refused
-//!    (`CentralMoved`, `fence.rs`) before anything is written. This
+//!    identifier, database and table OIDs, timeline, WAL position),
+//!    against what this database recorded at the last refill of any of
+//!    its tags attached through the same postgres_fdw server
+//!    (`id_segment_remote.central_*`) or dropped after being attached
+//!    through it (`id_segment_detached.central_*`): another cluster,
+//!    another database or table, another timeline or WAL gone back is
+//!    refused (`CentralMoved`, `fence.rs`) before anything is written. This
 //!    catches what step 4's floor cannot: a central server that went back
 //!    to before ranges *other* shards took.
 //! 4. The CAS, with the tag's `id_segment_remote.max_id_seen` (and the IDs
@@ -78,9 +80,10 @@
 //! transaction's `search_path` is `pg_catalog, pg_temp`, so no object a user
 //! creates can change what these statements do.
 
-use super::fence::{parse_lsn, refusal, Acceptance, CentralPosition, Lsn, Recorded};
+use super::fence::{parse_lsn, refusal, Acceptance, CentralPosition, CentralTable, Lsn, Recorded};
 use super::policy::{granted_range, plan_range, RefillProblem};
 use super::registry::{GiveBack, WorkerKey};
+use super::tag;
 use crate::catalog::as_owner;
 use crate::errors::IdgenError;
 use crate::failpoints::failpoint;
@@ -217,7 +220,12 @@ fn find_remote(
                     max_id_seen: row.get::<i64>(6)?,
                     records_seen: row.get::<bool>(7)?.unwrap_or(false),
                     origin_table: row.get::<String>(8)?,
-                    recorded: recorded_on_server(client, remote_table, server_oid)?,
+                    recorded: recorded_on_server(
+                        client,
+                        remote_table,
+                        tag::detached_table_name(table.oid).as_deref(),
+                        server_oid,
+                    )?,
                 })
             }
             _ => Err(registered_server),
@@ -225,31 +233,50 @@ fn find_remote(
     ))
 }
 
-/// Where this database's tags attached through the postgres_fdw server
-/// `server_oid` recorded the central server at their last refills: each
-/// refill of any of them is checked against them all, so a central server
-/// one tag's refill shows went back is refused for every tag taken from it
-/// (a tag whose own last refill came before the point it went back to
-/// would see nothing wrong with its own record).
-fn recorded_on_server(
+/// Where this database recorded the central server behind the
+/// postgres_fdw server `server_oid`: at the last refill of each tag
+/// attached through it (`registry`, `id_segment_remote`), and of each tag
+/// dropped since that had been attached through a server of that name
+/// (`detached`, `id_segment_detached`). Each refill of any of them, and
+/// each `segment_attach` through it, is checked against them all
+/// (`fence::refusal`). Columns an older SQL lacks read as no record.
+pub fn recorded_on_server(
     client: &SpiClient<'_>,
-    remote_table: &str,
+    registry: &str,
+    detached: Option<&str>,
     server_oid: pg_sys::Oid,
 ) -> Result<Vec<Recorded>, pgrx::spi::Error> {
-    let rows = client.select(
-        &format!(
-            "SELECT (pg_catalog.to_jsonb(r) OPERATOR(pg_catalog.->>) 'central_system_identifier')::pg_catalog.int8, \
-                    (pg_catalog.to_jsonb(r) OPERATOR(pg_catalog.->>) 'central_timeline')::pg_catalog.int8, \
-                    pg_catalog.to_jsonb(r) OPERATOR(pg_catalog.->>) 'central_wal_lsn', \
-                    (EXTRACT(epoch FROM (pg_catalog.to_jsonb(r) OPERATOR(pg_catalog.->>) 'central_clock')::pg_catalog.timestamptz) \
-                        OPERATOR(pg_catalog.*) 1000000)::pg_catalog.int8 \
-               FROM {remote_table} r \
-               JOIN pg_catalog.pg_foreign_table ft ON ft.ftrelid OPERATOR(pg_catalog.=) r.foreign_table \
-              WHERE ft.ftserver OPERATOR(pg_catalog.=) $1"
-        ),
-        None,
-        &[server_oid.into()],
-    )?;
+    let columns = |alias: &str| {
+        let column = |name: &str| {
+            format!("(pg_catalog.to_jsonb({alias}) OPERATOR(pg_catalog.->>) '{name}')")
+        };
+        format!(
+            "{}::pg_catalog.int8, {}::pg_catalog.int8, {}, \
+             (EXTRACT(epoch FROM {}::pg_catalog.timestamptz) OPERATOR(pg_catalog.*) 1000000)::pg_catalog.int8, \
+             {}::pg_catalog.int8, {}::pg_catalog.int8",
+            column("central_system_identifier"),
+            column("central_timeline"),
+            column("central_wal_lsn"),
+            column("central_clock"),
+            column("central_database_oid"),
+            column("central_table_oid"),
+        )
+    };
+    let mut query = format!(
+        "SELECT {} FROM {registry} r \
+           JOIN pg_catalog.pg_foreign_table ft ON ft.ftrelid OPERATOR(pg_catalog.=) r.foreign_table \
+          WHERE ft.ftserver OPERATOR(pg_catalog.=) $1",
+        columns("r")
+    );
+    if let Some(detached) = detached {
+        query += &format!(
+            " UNION ALL SELECT {} FROM {detached} d \
+               JOIN pg_catalog.pg_foreign_server s ON s.srvname OPERATOR(pg_catalog.=) d.server \
+              WHERE s.oid OPERATOR(pg_catalog.=) $1",
+            columns("d")
+        );
+    }
+    let rows = client.select(&query, None, &[server_oid.into()])?;
     let mut recorded = Vec::new();
     for row in rows {
         if let (Some(system_identifier), Some(timeline), Some(wal_lsn), Some(clock_us)) = (
@@ -261,6 +288,7 @@ fn recorded_on_server(
             recorded.push(Recorded {
                 position: CentralPosition {
                     system_identifier,
+                    table: central_table(row.get::<i64>(5)?, row.get::<i64>(6)?),
                     timeline,
                     wal_lsn,
                 },
@@ -269,6 +297,14 @@ fn recorded_on_server(
         }
     }
     Ok(recorded)
+}
+
+/// A central database and table, when both OIDs are known.
+fn central_table(database_oid: Option<i64>, table_oid: Option<i64>) -> Option<CentralTable> {
+    Some(CentralTable {
+        database_oid: database_oid?,
+        table_oid: table_oid?,
+    })
 }
 
 fn find_table(client: &SpiClient<'_>) -> Result<Option<Table>, pgrx::spi::Error> {
@@ -402,11 +438,7 @@ fn take_remote_range(
                 let view = format!("id_segment_origin (read by foreign table {origin})");
                 read_origin(client, origin, &remote.server, &view)
             })?;
-            let moved = remote
-                .recorded
-                .iter()
-                .find_map(|recorded| refusal(Some(*recorded), report.position, report.accepted));
-            if let Some(moved) = moved {
+            if let Some(moved) = refusal(&remote.recorded, report.position, report.accepted) {
                 return Ok(Err(RefillProblem::CentralMoved {
                     server: remote.server,
                     moved,
@@ -483,8 +515,13 @@ pub fn read_origin(
 ) -> Result<OriginReport, pgrx::spi::Error> {
     PgTryBuilder::new(|| read_position(client, origin))
         .catch_others(|caught| match &caught {
+            // No view, or one made before it showed the database and table.
             CaughtError::PostgresError(report)
-                if report.sql_error_code() == PgSqlErrorCode::ERRCODE_UNDEFINED_TABLE =>
+                if matches!(
+                    report.sql_error_code(),
+                    PgSqlErrorCode::ERRCODE_UNDEFINED_TABLE
+                        | PgSqlErrorCode::ERRCODE_UNDEFINED_COLUMN
+                ) =>
             {
                 IdgenError::NoCentralOrigin {
                     server: server.into(),
@@ -505,7 +542,7 @@ fn read_position(client: &SpiClient<'_>, origin: &str) -> Result<OriginReport, p
             "SELECT system_identifier, timeline, wal_lsn::pg_catalog.text, \
                     (EXTRACT(epoch FROM clock) OPERATOR(pg_catalog.*) 1000000)::pg_catalog.int8, \
                     (EXTRACT(epoch FROM accepted_at) OPERATOR(pg_catalog.*) 1000000)::pg_catalog.int8, \
-                    accepted_system_identifier, accepted_timeline \
+                    accepted_system_identifier, accepted_timeline, database_oid, table_oid \
                FROM {origin}"
         ),
         Some(1),
@@ -517,6 +554,10 @@ fn read_position(client: &SpiClient<'_>, origin: &str) -> Result<OriginReport, p
     Ok(OriginReport {
         position: CentralPosition {
             system_identifier: row.get::<i64>(1).ok().flatten().unwrap_or(0),
+            table: central_table(
+                row.get::<i64>(8).ok().flatten(),
+                row.get::<i64>(9).ok().flatten(),
+            ),
             timeline: row.get::<i64>(2).ok().flatten().unwrap_or(0),
             wal_lsn: row
                 .get::<String>(3)
@@ -554,7 +595,8 @@ pub fn record_position(
         &format!(
             "UPDATE {registry} SET central_system_identifier = $2, central_timeline = $3, \
                     central_wal_lsn = $4::pg_catalog.pg_lsn, \
-                    central_clock = pg_catalog.to_timestamp($5::pg_catalog.float8 OPERATOR(pg_catalog./) 1000000) \
+                    central_clock = pg_catalog.to_timestamp($5::pg_catalog.float8 OPERATOR(pg_catalog./) 1000000), \
+                    central_database_oid = $6, central_table_oid = $7 \
               WHERE biz_tag OPERATOR(pg_catalog.=) $1"
         ),
         None,
@@ -564,6 +606,8 @@ pub fn record_position(
             report.position.timeline.into(),
             Lsn(report.position.wal_lsn).to_string().into(),
             report.clock_us.into(),
+            report.position.table.map(|t| t.database_oid).into(),
+            report.position.table.map(|t| t.table_oid).into(),
         ],
     )?;
     Ok(())

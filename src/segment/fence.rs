@@ -1,8 +1,10 @@
 //! Whether a central server is still the one a shard left: pure checks on
 //! the position the central server reports (`id_segment_origin` there:
-//! its system identifier, its WAL timeline and its WAL insert position),
-//! against the one the shard recorded at its last refill from it
-//! (`id_segment_remote.central_*`).
+//! its system identifier, the OIDs of its database and `id_segment`, its
+//! WAL timeline and its WAL insert position), against the ones the shard
+//! recorded at its last refills from it (`id_segment_remote.central_*` of
+//! every tag attached through the same server, and
+//! `id_segment_detached.central_*` of the tags dropped since).
 //!
 //! A central server that went back lost ranges it had handed out, and a
 //! shard cannot always see that from the row: one that took nothing after
@@ -11,6 +13,9 @@
 //!
 //! * another system identifier: a different cluster (a dump restored into
 //!   a new one, `initdb` again);
+//! * another database or `id_segment` on the same cluster: a dump restored
+//!   into a database made anew, or the server pointed at another copy
+//!   (`ALTER SERVER ... OPTIONS (SET dbname ...)`);
 //! * another timeline: a promoted standby or a point-in-time recovery,
 //!   either of which may have lost commits of the old timeline;
 //! * a WAL position below the recorded one on the same timeline: a cold
@@ -26,7 +31,13 @@
 //! before the shard's last refill is older than the move (a restored copy
 //! brings back only acceptances from before it), and one made on another
 //! timeline is about another move (an acceptance after a first failover
-//! says nothing about a second one).
+//! says nothing about a second one). The central view offers only an
+//! acceptance made in its own database for its own `id_segment`, so one
+//! restored with a dump does not count for the table made by the restore.
+//!
+//! Every record counts: a tag whose own last refill came before the point
+//! the central server went back to sees nothing wrong with its own record,
+//! while another tag's (or a dropped tag's) later one shows the move.
 
 use std::fmt;
 
@@ -34,8 +45,20 @@ use std::fmt;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CentralPosition {
     pub system_identifier: i64,
+    /// Its database and `id_segment` (`None` in a record made before the
+    /// OIDs were recorded: not compared).
+    pub table: Option<CentralTable>,
     pub timeline: i64,
     pub wal_lsn: u64,
+}
+
+/// Which database and which `id_segment` table of a central cluster: the
+/// OIDs a restore into the same cluster, or another copy of the database,
+/// does not keep.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CentralTable {
+    pub database_oid: i64,
+    pub table_oid: i64,
 }
 
 /// The last `segment_central_accept()` on a central server: when (its
@@ -58,22 +81,45 @@ pub struct Recorded {
 /// How a central server moved since a shard's last refill from it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Moved {
-    OtherCluster { was: i64, now: i64 },
-    OtherTimeline { was: i64, now: i64 },
-    WalWentBack { was: u64, now: u64 },
+    OtherCluster {
+        was: i64,
+        now: i64,
+    },
+    OtherTable {
+        was: CentralTable,
+        now: CentralTable,
+    },
+    OtherTimeline {
+        was: i64,
+        now: i64,
+    },
+    WalWentBack {
+        was: u64,
+        now: u64,
+    },
 }
 
-/// What keeps a refill from trusting the central server now, if anything:
-/// it moved since `recorded` (`None` before the first refill that records
-/// a position: whatever the server reports is taken), and was not accepted
-/// where it is now since the shard's last refill (`accepted`: its last
-/// `segment_central_accept()`).
+/// What keeps a refill (or an attach) from trusting the central server
+/// now, if anything: it moved since one of `recorded` (none before the
+/// first refill that records a position: whatever the server reports is
+/// taken), and was not accepted where it is now since that record
+/// (`accepted`: its last `segment_central_accept()`).
 pub fn refusal(
-    recorded: Option<Recorded>,
+    recorded: &[Recorded],
     now: CentralPosition,
     accepted: Option<Acceptance>,
 ) -> Option<Moved> {
-    let recorded = recorded?;
+    recorded
+        .iter()
+        .find_map(|record| refusal_by(record, now, accepted))
+}
+
+/// `refusal` by one record.
+fn refusal_by(
+    recorded: &Recorded,
+    now: CentralPosition,
+    accepted: Option<Acceptance>,
+) -> Option<Moved> {
     let moved = moved_since(recorded.position, now)?;
     match accepted {
         Some(a)
@@ -94,6 +140,8 @@ pub fn moved_since(was: CentralPosition, now: CentralPosition) -> Option<Moved> 
             was: was.system_identifier,
             now: now.system_identifier,
         })
+    } else if let Some(moved) = other_table(was.table, now.table) {
+        Some(moved)
     } else if was.timeline != now.timeline {
         Some(Moved::OtherTimeline {
             was: was.timeline,
@@ -106,6 +154,15 @@ pub fn moved_since(was: CentralPosition, now: CentralPosition) -> Option<Moved> 
         })
     } else {
         None
+    }
+}
+
+/// Another database or `id_segment` on the same cluster, when both sides
+/// know theirs.
+fn other_table(was: Option<CentralTable>, now: Option<CentralTable>) -> Option<Moved> {
+    match (was, now) {
+        (Some(was), Some(now)) if was != now => Some(Moved::OtherTable { was, now }),
+        _ => None,
     }
 }
 
@@ -133,6 +190,11 @@ impl fmt::Display for Moved {
                 f,
                 "it is another cluster now (system identifier {now}, was {was})"
             ),
+            Moved::OtherTable { was, now } => write!(
+                f,
+                "its id_segment is another table now (database OID {}, table OID {}; was {} and {}): a dump restored, or the server pointed at another copy of the database",
+                now.database_oid, now.table_oid, was.database_oid, was.table_oid
+            ),
             Moved::OtherTimeline { was, now } => write!(
                 f,
                 "it is on WAL timeline {now} now, was {was} (a failover or a point-in-time recovery)"
@@ -151,28 +213,100 @@ impl fmt::Display for Moved {
 mod tests {
     use super::*;
 
+    const TABLE: CentralTable = CentralTable {
+        database_oid: 16384,
+        table_oid: 16390,
+    };
+
     fn at(system_identifier: i64, timeline: i64, wal_lsn: u64) -> CentralPosition {
         CentralPosition {
             system_identifier,
+            table: Some(TABLE),
             timeline,
             wal_lsn,
         }
     }
 
-    fn recorded(position: CentralPosition, clock_us: i64) -> Option<Recorded> {
-        Some(Recorded { position, clock_us })
+    fn recorded(position: CentralPosition, clock_us: i64) -> [Recorded; 1] {
+        [Recorded { position, clock_us }]
     }
 
     #[test]
     fn nothing_recorded_takes_whatever_the_server_reports() {
-        assert_eq!(refusal(None, at(7, 3, 10), None), None);
+        assert_eq!(refusal(&[], at(7, 3, 10), None), None);
+    }
+
+    #[test]
+    fn any_record_that_shows_a_move_refuses() {
+        // One tag last refilled before the point the server went back to
+        // (its record is fine), another after it (its record shows it).
+        let before = Recorded {
+            position: at(7, 1, 10),
+            clock_us: 100,
+        };
+        let after = Recorded {
+            position: at(7, 1, 50),
+            clock_us: 200,
+        };
+        let now = at(7, 1, 20);
+        assert_eq!(refusal(&[before], now, None), None);
+        let moved = Some(Moved::WalWentBack { was: 50, now: 20 });
+        assert_eq!(refusal(&[before, after], now, None), moved);
+        assert_eq!(refusal(&[after, before], now, None), moved);
+        // An acceptance must come after every record that shows the move.
+        assert_eq!(refusal(&[before, after], now, accepted(150, 7, 1)), moved);
+        assert_eq!(refusal(&[before, after], now, accepted(201, 7, 1)), None);
+    }
+
+    #[test]
+    fn another_database_or_table_on_the_same_cluster_is_refused() {
+        let other = CentralTable {
+            database_oid: 16384,
+            table_oid: 24600,
+        };
+        let restored = CentralPosition {
+            table: Some(other),
+            ..at(7, 1, 99)
+        };
+        let moved = Some(Moved::OtherTable {
+            was: TABLE,
+            now: other,
+        });
+        assert_eq!(moved_since(at(7, 1, 10), restored), moved);
+        assert_eq!(refusal(&recorded(at(7, 1, 10), 500), restored, None), moved);
+        assert_eq!(
+            refusal(&recorded(at(7, 1, 10), 500), restored, accepted(501, 7, 1)),
+            None
+        );
+        // A record made before the OIDs were kept compares the rest only.
+        let unknown = CentralPosition {
+            table: None,
+            ..at(7, 1, 10)
+        };
+        assert_eq!(moved_since(unknown, restored), None);
+        assert_eq!(
+            moved_since(
+                unknown,
+                CentralPosition {
+                    table: None,
+                    ..at(7, 1, 9)
+                }
+            ),
+            Some(Moved::WalWentBack { was: 10, now: 9 })
+        );
+        assert!(Moved::OtherTable {
+            was: TABLE,
+            now: other
+        }
+        .to_string()
+        .contains("database OID 16384, table OID 24600; was 16384 and 16390"));
     }
 
     #[test]
     fn the_same_server_further_along_is_trusted() {
         assert_eq!(moved_since(at(7, 1, 10), at(7, 1, 10)), None);
         assert_eq!(
-            refusal(recorded(at(7, 1, 10), 500), at(7, 1, 11), None),
+            refusal(&recorded(at(7, 1, 10), 500), at(7, 1, 11), None),
             None
         );
     }
@@ -187,7 +321,7 @@ mod tests {
 
     #[test]
     fn a_move_is_refused_until_accepted_there_after_the_last_refill() {
-        let last = recorded(at(7, 1, 10), 500);
+        let last = &recorded(at(7, 1, 10), 500);
         let moved = Some(Moved::OtherTimeline { was: 1, now: 2 });
         assert_eq!(refusal(last, at(7, 2, 5), None), moved);
         // An acceptance older than the shard's last refill predates the

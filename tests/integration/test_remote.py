@@ -583,8 +583,9 @@ def test_a_shard_that_sees_the_central_server_went_back_on_one_tag_refuses_every
     copy, and whose mark is below the restored row — is refused as well
     (on the code that fenced each tag by its own record alone, shard 1
     handed out 'b' IDs shard 2 had handed out: 12,010 repeats in an
-    attack). The documented step, every tag's row raised, lets both go
-    on."""
+    attack) — and stays refused once 'orders' is dropped there, by the
+    record the drop keeps. The documented step, every tag's row raised,
+    lets both go on."""
     central, central_db, shards = central_and_shards(make_cluster)
     central.sql("SELECT segment_create('b', step => 10)", dbname=central_db)
     for shard, db in shards:
@@ -613,15 +614,23 @@ def test_a_shard_that_sees_the_central_server_went_back_on_one_tag_refuses_every
             in str(error)), error
     assert "its WAL position went back to" in str(error), error
     assert "not only this one" in error.diag.message_hint, error.diag.message_hint
+    # 'orders' dropped on shard 1: its record stays (id_segment_detached),
+    # and still stops 'b'.
+    s1.sql("SELECT segment_drop('orders')", dbname=db1)
+    error = _draw_until_error(s1, db1, drawn["b"], n=100, tag="b")
+    assert isinstance(error, psycopg.errors.DataException), error
+    assert "its WAL position went back to" in str(error), error
     for ids in drawn.values():
         assert_unique(ids)
 
     for tag in drawn:
-        marks = [shard.sql("SELECT max_id_seen FROM id_segment_remote WHERE biz_tag = %s", (tag,),
-                           dbname=db)[0][0] for shard, db in shards]
+        marks = [shard.sql("SELECT max(max_id_seen) FROM (SELECT max_id_seen FROM id_segment_remote "
+                           "WHERE biz_tag = %s UNION ALL SELECT max_id_seen FROM id_segment_detached "
+                           "WHERE biz_tag = %s) m", (tag, tag), dbname=db)[0][0] for shard, db in shards]
         central.sql("UPDATE id_segment SET max_id = greatest(max_id, %s), version = version + 1 "
                     "WHERE biz_tag = %s", (max(marks), tag), dbname=central_db)
     central.sql("SELECT segment_central_accept()", dbname=central_db)
+    s1.sql("SELECT segment_attach('orders', 'central')", dbname=db1)
     for shard, db in shards:
         for tag in drawn:
             drawn[tag] += draw_plain(shard, db, tag, 3_000)
@@ -722,37 +731,104 @@ def test_a_central_server_that_lost_other_shards_ranges_is_refused_by_a_shard_th
     assert_unique(drawn)
 
 
-def test_a_central_database_restored_from_an_older_dump_is_refused(make_cluster):
-    """The central database is dumped, both shards draw more, and the
-    database is dropped and restored from the dump under its name (the
-    shards' server options still reach it). Both shards took ranges above
-    the dumped row, so both refuse, naming the central server; raised to
-    the largest mark, both go on with no ID repeated."""
-    central, central_db, shards = central_and_shards(make_cluster)
-    drawn = []
-    for shard, db in shards:
-        drawn += draw_plain(shard, db, "orders", 5_000)
-    dump = os.path.join(central.dir, "central.dump")
-    central.client("pg_dump", "-Fc", "-d", central_db, "-f", dump)
-    for shard, db in shards:
-        drawn += draw_plain(shard, db, "orders", 20_000)
-    dumped_below = central_max_id(central, central_db)
-    central.sql(f"DROP DATABASE {central_db} WITH (FORCE)")
-    central.sql(f"CREATE DATABASE {central_db}")
-    central.client("pg_restore", "-d", central_db, dump)
-    assert central_max_id(central, central_db) < dumped_below
+def _copy_database(cluster, source, copy, attempts=50):
+    """CREATE DATABASE `copy` TEMPLATE `source`: a copy that keeps the
+    OIDs of every table. The template must have no other session, and the
+    shards' workers reconnect to it, so their sessions are ended first."""
+    for _ in range(attempts):
+        cluster.sql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE datname = %s AND pid <> pg_backend_pid()", (source,))
+        try:
+            cluster.sql(f"CREATE DATABASE {copy} TEMPLATE {source}")
+            return
+        except psycopg.errors.ObjectInUse:
+            time.sleep(0.1)
+    raise AssertionError(f"{source} never had no session for {attempts} tries")
+
+
+@pytest.mark.parametrize("how", ["dump restored under its name", "server pointed at a copy"])
+def test_a_central_database_gone_back_in_the_same_cluster_is_refused_also_after_drop_and_attach(
+        make_cluster, how):
+    """The central database goes back while its cluster does not: it is
+    dropped and restored from an older dump under its name, or the shards'
+    server is pointed at an older copy of it (CREATE DATABASE ... TEMPLATE:
+    the same table OIDs). Same system identifier, same timeline, WAL only
+    forward — only the central database's and id_segment's OIDs tell.
+
+    Shard B took nothing after the dump (its mark is below the row, and it
+    refilled before the last segment_central_accept(), which the dump
+    carries); shard A took ranges the dump lost. Both refuse, naming the
+    other table (on the code without the OIDs B handed out A's IDs: 6,070
+    repeats in an attack). B's segment_drop + segment_attach is refused
+    too (the dropped tag keeps its record; the attack's 10,640 repeats).
+    The documented step — the row raised, then segment_central_accept() —
+    lets both go on, and B attach again, with no ID repeated."""
+    central, central_db, [(a, a_db), (b, b_db)] = central_and_shards(make_cluster)
+    drawn = draw_plain(b, b_db, "orders", 3_000) + draw_plain(a, a_db, "orders", 3_000)
+
+    def b_recorded():
+        (clock,), = b.sql("SELECT central_clock FROM id_segment_remote WHERE biz_tag = 'orders'",
+                          dbname=b_db)
+        return clock
+    # B's worker tops up its cache after the draws, then stays idle: the
+    # accept below comes after B's last refill.
+    def b_idle():
+        before = b_recorded()
+        time.sleep(2)
+        return b_recorded() == before
+    assert wait_for(b_idle, timeout=120)
+    (accepted_at,), = central.sql("SELECT segment_central_accept()", dbname=central_db)
+    assert accepted_at > b_recorded()
+    b_mark_before_the_dump = _seen(b, b_db)
+
+    if how == "dump restored under its name":
+        dump = os.path.join(central.dir, "central.dump")
+        central.client("pg_dump", "-Fc", "-d", central_db, "-f", dump)
+    else:
+        _copy_database(central, central_db, "older_copy")
+    kept = central_max_id(central, central_db)
+    while central_max_id(central, central_db) <= kept:
+        drawn += draw_plain(a, a_db, "orders", 5_000)
+    lost_up_to = central_max_id(central, central_db)
+    if how == "dump restored under its name":
+        central.sql(f"DROP DATABASE {central_db} WITH (FORCE)")
+        central.sql(f"CREATE DATABASE {central_db}")
+        central.client("pg_restore", "-d", central_db, dump)
+        now_db = central_db
+    else:
+        for shard, db in ((a, a_db), (b, b_db)):
+            shard.sql("ALTER SERVER central OPTIONS (SET dbname 'older_copy')", dbname=db)
+        now_db = "older_copy"
+    assert central_max_id(central, now_db) < lost_up_to
+    # The dump (or copy) brought the acceptance back with it.
+    assert central.sql("SELECT count(*) FROM id_segment_origin_accepted", dbname=now_db) == [(1,)]
 
     marks = []
-    for shard, db in shards:
+    for shard, db in ((b, b_db), (a, a_db)):
         error = _draw_until_error(shard, db, drawn)
-        assert isinstance(error, psycopg.errors.DataException), error
-        assert 'central server "central" went back for segment tag "orders"' in str(error)
+        _refused_as_moved(error, "its id_segment is another table now")
         marks.append(_seen(shard, db))
     assert_unique(drawn)
-    assert max(marks) >= max(drawn)
-    central.sql("UPDATE id_segment SET max_id = %s, version = version + 1 WHERE biz_tag = 'orders'",
-                (max(marks),), dbname=central_db)
-    for shard, db in shards:
+    assert marks[0] == b_mark_before_the_dump   # B took nothing since
+    assert marks[0] < lost_up_to <= marks[1]   # B's own mark could not tell
+
+    b.sql("SELECT segment_drop('orders')", dbname=b_db)
+    with pytest.raises(psycopg.errors.DataException) as refused:
+        b.sql("SELECT segment_attach('orders', 'central')", dbname=b_db)
+    assert ('segment tag "orders" cannot be attached to server "central": the central server is '
+            'not where this database left it: its id_segment is another table now'
+            in str(refused.value)), refused.value
+    assert "SELECT segment_central_accept()" in refused.value.diag.message_hint
+    assert b.sql("SELECT count(*) FROM id_segment_remote", dbname=b_db) == [(0,)]
+    (b_mark,), = b.sql("SELECT max_id_seen FROM id_segment_detached WHERE biz_tag = 'orders'",
+                       dbname=b_db)
+    assert b_mark == marks[0]
+
+    central.sql("UPDATE id_segment SET max_id = greatest(max_id, %s), version = version + 1 "
+                "WHERE biz_tag = 'orders'", (max(marks),), dbname=now_db)
+    central.sql("SELECT segment_central_accept()", dbname=now_db)
+    b.sql("SELECT segment_attach('orders', 'central')", dbname=b_db)
+    for shard, db in ((a, a_db), (b, b_db)):
         drawn += draw_plain(shard, db, "orders", 5_000)
     assert_unique(drawn)
 

@@ -239,7 +239,8 @@ INSERT INTO central.id_segment (biz_tag, max_id, step)
 -- recovery): refused, naming it, until segment_central_accept() there.
 CREATE OR REPLACE VIEW central.id_segment_origin AS
   SELECT system_identifier, timeline + 1 AS timeline, wal_lsn, clock, accepted_at,
-         accepted_system_identifier, accepted_timeline + 1 AS accepted_timeline FROM id_segment_origin;
+         accepted_system_identifier, accepted_timeline + 1 AS accepted_timeline,
+         database_oid, table_oid FROM id_segment_origin;
 SELECT count(segment_nextval('far')) FROM generate_series(1, 100000);
 \echo :LAST_ERROR_SQLSTATE
 SELECT segment_central_accept() IS NOT NULL AS accepted;
