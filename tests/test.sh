@@ -66,13 +66,7 @@ PARALLEL=(-n 3 --dist loadfile)
 ALONE_15=(tests/integration/test_upgrade.py tests/integration/test_torture.py)
 ALONE_CORE=(tests/integration/test_torture.py::test_crash_loop_never_repeats_an_id)
 
-# pytest; "no tests selected" (exit 5, e.g. with -k) is no failure.
-run_pytest() {
-    local rc=0
-    .venv/bin/python -m pytest -p no:cacheprovider "$@" || rc=$?
-    ((rc == 5)) && rc=0
-    return "$rc"
-}
+source tests/lib/pytest.sh   # run_pytest
 
 echo; echo "== cargo fmt --check"
 cargo fmt --check

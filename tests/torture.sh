@@ -11,13 +11,7 @@ cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
 bash tests/setup.sh
 
-# pytest, where "no tests selected" (exit 5, e.g. with -k) is no failure.
-run_pytest() {
-    local rc=0
-    .venv/bin/python -m pytest -p no:cacheprovider "$@" || rc=$?
-    ((rc == 5)) && rc=0
-    return "$rc"
-}
+source tests/lib/pytest.sh   # run_pytest
 
 status=0
 PG_IDGEN_TORTURE=long run_pytest tests/integration/test_torture.py "$@" || status=$?

@@ -1,0 +1,10 @@
+# run_pytest ARGS...: the integration tests' pytest from the project's
+# virtual environment (tests/setup.sh makes it), run from the repository's
+# top. "No tests selected" (exit 5, e.g. with -k) is no failure. Source
+# this file.
+run_pytest() {
+    local rc=0
+    .venv/bin/python -m pytest -p no:cacheprovider "$@" || rc=$?
+    ((rc == 5)) && rc=0
+    return "$rc"
+}
