@@ -234,7 +234,7 @@ pub enum IdgenError {
     AttachCentralMoved {
         tag: String,
         server: String,
-        moved: crate::segment::fence::Moved,
+        moved: crate::segment::fence::Refusal,
     },
     /// `segment_attach`: the central server has no row for the tag.
     RemoteTagMissing {

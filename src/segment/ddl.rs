@@ -416,10 +416,11 @@ fn segment_attach(
         let position = read_origin(client, &origin, server, &view)
             .map_err(spi_failed("segment_attach: central position"))?;
         // Not past a fence: where this database saw the central server
-        // before (through any tag attached or detached here) it must not
-        // have gone back from, unless it was accepted there since. (A drop
-        // and an attach would otherwise start the tag afresh from a
-        // central server that lost ranges.)
+        // before (through this server or the same central table, by any
+        // tag attached or dropped here, or this tag through any server) it
+        // must not have gone back from, unless it was accepted there
+        // since. (A drop and an attach would otherwise start the tag afresh
+        // from a central server that lost ranges.)
         let server_oid = client
             .select(
                 "SELECT oid FROM pg_catalog.pg_foreign_server WHERE srvname OPERATOR(pg_catalog.=) $1",
@@ -430,9 +431,20 @@ fn segment_attach(
             .map_err(spi_failed("segment_attach: server"))?
             .unwrap_or(pg_sys::InvalidOid);
         let detached = tag::detached_table_name(table_oid);
-        let recorded = recorded_on_server(client, &registry_table, detached.as_deref(), server_oid)
-            .map_err(spi_failed("segment_attach: central position"))?;
-        if let Some(moved) = refusal(&recorded, position.position, position.accepted) {
+        let recorded = recorded_on_server(
+            client,
+            (&registry_table, detached.as_deref()),
+            server_oid,
+            tag,
+            &position.position,
+        )
+        .map_err(spi_failed("segment_attach: central position"))?;
+        if let Some(moved) = refusal(
+            &recorded,
+            position.position,
+            position.clock_us,
+            position.accepted,
+        ) {
             return Err(IdgenError::AttachCentralMoved {
                 tag: tag.into(),
                 server: server.into(),

@@ -53,9 +53,10 @@
 //! 3. Where the central server is (its `id_segment_origin`: system
 //!    identifier, database and table OIDs, timeline, WAL position),
 //!    against what this database recorded at the last refill of any of
-//!    its tags attached through the same postgres_fdw server
-//!    (`id_segment_remote.central_*`) or dropped after being attached
-//!    through it (`id_segment_detached.central_*`): another cluster,
+//!    its tags attached through the same postgres_fdw server or through
+//!    another reaching the same central table
+//!    (`id_segment_remote.central_*`), or dropped from either
+//!    (`id_segment_detached.central_*`; `recorded_on_server`): another cluster,
 //!    another database or table, another timeline or WAL gone back is
 //!    refused (`CentralMoved`, `fence.rs`) before anything is written. This
 //!    catches what step 4's floor cannot: a central server that went back
@@ -149,11 +150,8 @@ struct RemoteSource {
     /// `id_segment_remote` has the `max_id_seen` column (0.3.0's SQL).
     records_seen: bool,
     /// The foreign table over the central server's `id_segment_origin`
-    /// (`None` for a tag attached before 0.3.0), and the positions this
-    /// database recorded at the last refill of each tag attached through
-    /// the same postgres_fdw server (empty: none yet, or cleared).
+    /// (`None` for a tag attached before 0.3.0).
     origin_table: Option<String>,
-    recorded: Vec<Recorded>,
 }
 
 /// The remote source of `tag`, if it has one (`id_segment_remote` sits in
@@ -220,12 +218,6 @@ fn find_remote(
                     max_id_seen: row.get::<i64>(6)?,
                     records_seen: row.get::<bool>(7)?.unwrap_or(false),
                     origin_table: row.get::<String>(8)?,
-                    recorded: recorded_on_server(
-                        client,
-                        remote_table,
-                        tag::detached_table_name(table.oid).as_deref(),
-                        server_oid,
-                    )?,
                 })
             }
             _ => Err(registered_server),
@@ -233,50 +225,80 @@ fn find_remote(
     ))
 }
 
-/// Where this database recorded the central server behind the
-/// postgres_fdw server `server_oid`: at the last refill of each tag
-/// attached through it (`registry`, `id_segment_remote`), and of each tag
-/// dropped since that had been attached through a server of that name
-/// (`detached`, `id_segment_detached`). Each refill of any of them, and
-/// each `segment_attach` through it, is checked against them all
-/// (`fence::refusal`). Columns an older SQL lacks read as no record.
+/// Where this database recorded the central server it reaches now
+/// (`now`, through the postgres_fdw server `server_oid`) at its last
+/// refills: the records (`id_segment_remote`, in `registry`) of each tag
+/// attached through that server, and of each tag attached through another
+/// server that reached the same central database and table; and the
+/// records kept at `segment_drop` (`id_segment_detached`, in `detached`)
+/// of the tags dropped from a server of that name or from that central
+/// database and table, and of `tag` itself from wherever it was dropped.
+/// Each refill and each `segment_attach` is checked against them all
+/// (`fence::refusal`), so neither another tag, nor a drop and an attach,
+/// nor another server's name gets past what one of them shows. Columns
+/// an older SQL lacks read as no record.
 pub fn recorded_on_server(
     client: &SpiClient<'_>,
-    registry: &str,
-    detached: Option<&str>,
+    (registry, detached): (&str, Option<&str>),
     server_oid: pg_sys::Oid,
+    tag: &str,
+    now: &CentralPosition,
 ) -> Result<Vec<Recorded>, pgrx::spi::Error> {
+    let column = |alias: &str, name: &str| {
+        format!("(pg_catalog.to_jsonb({alias}) OPERATOR(pg_catalog.->>) '{name}')")
+    };
     let columns = |alias: &str| {
-        let column = |name: &str| {
-            format!("(pg_catalog.to_jsonb({alias}) OPERATOR(pg_catalog.->>) '{name}')")
-        };
         format!(
             "{}::pg_catalog.int8, {}::pg_catalog.int8, {}, \
              (EXTRACT(epoch FROM {}::pg_catalog.timestamptz) OPERATOR(pg_catalog.*) 1000000)::pg_catalog.int8, \
              {}::pg_catalog.int8, {}::pg_catalog.int8",
-            column("central_system_identifier"),
-            column("central_timeline"),
-            column("central_wal_lsn"),
-            column("central_clock"),
-            column("central_database_oid"),
-            column("central_table_oid"),
+            column(alias, "central_system_identifier"),
+            column(alias, "central_timeline"),
+            column(alias, "central_wal_lsn"),
+            column(alias, "central_clock"),
+            column(alias, "central_database_oid"),
+            column(alias, "central_table_oid"),
+        )
+    };
+    // The same central database and table as the one reached now.
+    let same_central = |alias: &str| {
+        format!(
+            "({}::pg_catalog.int8 OPERATOR(pg_catalog.=) $3 \
+              AND {}::pg_catalog.int8 OPERATOR(pg_catalog.=) $4 \
+              AND {}::pg_catalog.int8 OPERATOR(pg_catalog.=) $5)",
+            column(alias, "central_system_identifier"),
+            column(alias, "central_database_oid"),
+            column(alias, "central_table_oid"),
         )
     };
     let mut query = format!(
         "SELECT {} FROM {registry} r \
-           JOIN pg_catalog.pg_foreign_table ft ON ft.ftrelid OPERATOR(pg_catalog.=) r.foreign_table \
-          WHERE ft.ftserver OPERATOR(pg_catalog.=) $1",
-        columns("r")
+           LEFT JOIN pg_catalog.pg_foreign_table ft ON ft.ftrelid OPERATOR(pg_catalog.=) r.foreign_table \
+          WHERE ft.ftserver OPERATOR(pg_catalog.=) $1 OR {}",
+        columns("r"),
+        same_central("r")
     );
     if let Some(detached) = detached {
         query += &format!(
             " UNION ALL SELECT {} FROM {detached} d \
-               JOIN pg_catalog.pg_foreign_server s ON s.srvname OPERATOR(pg_catalog.=) d.server \
-              WHERE s.oid OPERATOR(pg_catalog.=) $1",
-            columns("d")
+               LEFT JOIN pg_catalog.pg_foreign_server s ON s.srvname OPERATOR(pg_catalog.=) d.server \
+              WHERE s.oid OPERATOR(pg_catalog.=) $1 OR d.biz_tag OPERATOR(pg_catalog.=) $2 OR {}",
+            columns("d"),
+            same_central("d")
         );
     }
-    let rows = client.select(&query, None, &[server_oid.into()])?;
+    let table = now.table;
+    let rows = client.select(
+        &query,
+        None,
+        &[
+            server_oid.into(),
+            tag.into(),
+            now.system_identifier.into(),
+            table.map(|t| t.database_oid).into(),
+            table.map(|t| t.table_oid).into(),
+        ],
+    )?;
     let mut recorded = Vec::new();
     for row in rows {
         if let (Some(system_identifier), Some(timeline), Some(wal_lsn), Some(clock_us)) = (
@@ -438,7 +460,18 @@ fn take_remote_range(
                 let view = format!("id_segment_origin (read by foreign table {origin})");
                 read_origin(client, origin, &remote.server, &view)
             })?;
-            if let Some(moved) = refusal(&remote.recorded, report.position, report.accepted) {
+            let registry = table.remote_registry.as_deref().unwrap_or_default();
+            let detached = tag::detached_table_name(table.oid);
+            let recorded = recorded_on_server(
+                client,
+                (registry, detached.as_deref()),
+                remote.server_oid.into(),
+                tag,
+                &report.position,
+            )?;
+            if let Some(moved) =
+                refusal(&recorded, report.position, report.clock_us, report.accepted)
+            {
                 return Ok(Err(RefillProblem::CentralMoved {
                     server: remote.server,
                     moved,

@@ -3,8 +3,9 @@
 //! its system identifier, the OIDs of its database and `id_segment`, its
 //! WAL timeline and its WAL insert position), against the ones the shard
 //! recorded at its last refills from it (`id_segment_remote.central_*` of
-//! every tag attached through the same server, and
-//! `id_segment_detached.central_*` of the tags dropped since).
+//! every tag attached through the same server or reaching the same central
+//! table, and `id_segment_detached.central_*` of the tags dropped since:
+//! `distributor::recorded_on_server` picks them).
 //!
 //! A central server that went back lost ranges it had handed out, and a
 //! shard cannot always see that from the row: one that took nothing after
@@ -99,19 +100,42 @@ pub enum Moved {
     },
 }
 
+/// Why a refill (or an attach) does not trust the central server now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    pub moved: Moved,
+    /// The latest central clock (µs since 1970) of the records that show
+    /// the move: an acceptance counts once made after it.
+    pub accept_after_us: i64,
+    /// The central server's clock now, when it is not past that yet (a
+    /// restored or new central server whose clock runs behind the old
+    /// one's): the acceptance cannot count until it is.
+    pub clock_now_us: Option<i64>,
+}
+
 /// What keeps a refill (or an attach) from trusting the central server
 /// now, if anything: it moved since one of `recorded` (none before the
 /// first refill that records a position: whatever the server reports is
 /// taken), and was not accepted where it is now since that record
-/// (`accepted`: its last `segment_central_accept()`).
+/// (`accepted`: its last `segment_central_accept()`). `clock_now_us` is
+/// the central server's clock now.
 pub fn refusal(
     recorded: &[Recorded],
     now: CentralPosition,
+    clock_now_us: i64,
     accepted: Option<Acceptance>,
-) -> Option<Moved> {
-    recorded
+) -> Option<Refusal> {
+    let mut refusing = recorded
         .iter()
-        .find_map(|record| refusal_by(record, now, accepted))
+        .filter_map(|record| Some((refusal_by(record, now, accepted)?, record.clock_us)));
+    let (moved, first_clock_us) = refusing.next()?;
+    let accept_after_us =
+        refusing.fold(first_clock_us, |latest, (_, clock_us)| latest.max(clock_us));
+    Some(Refusal {
+        moved,
+        accept_after_us,
+        clock_now_us: (clock_now_us <= accept_after_us).then_some(clock_now_us),
+    })
 }
 
 /// `refusal` by one record.
@@ -183,6 +207,20 @@ impl fmt::Display for Lsn {
     }
 }
 
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.moved)?;
+        if let Some(now_us) = self.clock_now_us {
+            let behind_s = (self.accept_after_us - now_us) / 1_000_000 + 1;
+            write!(
+                f,
+                "; and its clock is {behind_s} s behind this server's last refill from it: segment_central_accept() counts only when run after that by its clock (set its clock right)"
+            )?;
+        }
+        Ok(())
+    }
+}
+
 impl fmt::Display for Moved {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -227,13 +265,22 @@ mod tests {
         }
     }
 
+    /// `refusal`'s move, with the central clock long past every record.
+    fn refused(
+        recorded: &[Recorded],
+        now: CentralPosition,
+        accepted: Option<Acceptance>,
+    ) -> Option<Moved> {
+        refusal(recorded, now, i64::MAX, accepted).map(|r| r.moved)
+    }
+
     fn recorded(position: CentralPosition, clock_us: i64) -> [Recorded; 1] {
         [Recorded { position, clock_us }]
     }
 
     #[test]
     fn nothing_recorded_takes_whatever_the_server_reports() {
-        assert_eq!(refusal(&[], at(7, 3, 10), None), None);
+        assert_eq!(refused(&[], at(7, 3, 10), None), None);
     }
 
     #[test]
@@ -249,13 +296,42 @@ mod tests {
             clock_us: 200,
         };
         let now = at(7, 1, 20);
-        assert_eq!(refusal(&[before], now, None), None);
+        assert_eq!(refused(&[before], now, None), None);
         let moved = Some(Moved::WalWentBack { was: 50, now: 20 });
-        assert_eq!(refusal(&[before, after], now, None), moved);
-        assert_eq!(refusal(&[after, before], now, None), moved);
+        assert_eq!(refused(&[before, after], now, None), moved);
+        assert_eq!(refused(&[after, before], now, None), moved);
         // An acceptance must come after every record that shows the move.
-        assert_eq!(refusal(&[before, after], now, accepted(150, 7, 1)), moved);
-        assert_eq!(refusal(&[before, after], now, accepted(201, 7, 1)), None);
+        assert_eq!(refused(&[before, after], now, accepted(150, 7, 1)), moved);
+        assert_eq!(refused(&[before, after], now, accepted(201, 7, 1)), None);
+    }
+
+    #[test]
+    fn a_central_clock_behind_the_records_is_named() {
+        let records = [
+            Recorded {
+                position: at(7, 1, 50),
+                clock_us: 9_000_000,
+            },
+            Recorded {
+                position: at(7, 1, 60),
+                clock_us: 5_000_000,
+            },
+        ];
+        let now = at(7, 1, 20);
+        let refused = refusal(&records, now, 3_500_000, None).unwrap();
+        assert_eq!(refused.accept_after_us, 9_000_000);
+        assert_eq!(refused.clock_now_us, Some(3_500_000));
+        assert!(refused.to_string().contains("its clock is 6 s behind"));
+        // An acceptance before the later record does not count, even
+        // though it is after the earlier one.
+        assert!(refusal(&records, now, 10_000_000, accepted(7_000_000, 7, 1)).is_some());
+        let ahead = refusal(&records, now, 9_000_001, None).unwrap();
+        assert_eq!(ahead.clock_now_us, None);
+        assert!(!ahead.to_string().contains("clock"));
+        assert_eq!(
+            refusal(&records, now, 11_000_000, accepted(9_000_001, 7, 1)),
+            None
+        );
     }
 
     #[test]
@@ -273,9 +349,9 @@ mod tests {
             now: other,
         });
         assert_eq!(moved_since(at(7, 1, 10), restored), moved);
-        assert_eq!(refusal(&recorded(at(7, 1, 10), 500), restored, None), moved);
+        assert_eq!(refused(&recorded(at(7, 1, 10), 500), restored, None), moved);
         assert_eq!(
-            refusal(&recorded(at(7, 1, 10), 500), restored, accepted(501, 7, 1)),
+            refused(&recorded(at(7, 1, 10), 500), restored, accepted(501, 7, 1)),
             None
         );
         // A record made before the OIDs were kept compares the rest only.
@@ -306,7 +382,7 @@ mod tests {
     fn the_same_server_further_along_is_trusted() {
         assert_eq!(moved_since(at(7, 1, 10), at(7, 1, 10)), None);
         assert_eq!(
-            refusal(&recorded(at(7, 1, 10), 500), at(7, 1, 11), None),
+            refused(&recorded(at(7, 1, 10), 500), at(7, 1, 11), None),
             None
         );
     }
@@ -323,22 +399,22 @@ mod tests {
     fn a_move_is_refused_until_accepted_there_after_the_last_refill() {
         let last = &recorded(at(7, 1, 10), 500);
         let moved = Some(Moved::OtherTimeline { was: 1, now: 2 });
-        assert_eq!(refusal(last, at(7, 2, 5), None), moved);
+        assert_eq!(refused(last, at(7, 2, 5), None), moved);
         // An acceptance older than the shard's last refill predates the
         // move (or came back with a restored copy): it does not count.
-        assert_eq!(refusal(last, at(7, 2, 5), accepted(400, 7, 2)), moved);
-        assert_eq!(refusal(last, at(7, 2, 5), accepted(500, 7, 2)), moved);
-        assert_eq!(refusal(last, at(7, 2, 5), accepted(501, 7, 2)), None);
+        assert_eq!(refused(last, at(7, 2, 5), accepted(400, 7, 2)), moved);
+        assert_eq!(refused(last, at(7, 2, 5), accepted(500, 7, 2)), moved);
+        assert_eq!(refused(last, at(7, 2, 5), accepted(501, 7, 2)), None);
         // One made on another timeline or cluster is about another move:
         // accepted after a first failover, it says nothing of a second.
         let third = Some(Moved::OtherTimeline { was: 1, now: 3 });
-        assert_eq!(refusal(last, at(7, 3, 5), accepted(900, 7, 2)), third);
+        assert_eq!(refused(last, at(7, 3, 5), accepted(900, 7, 2)), third);
         assert_eq!(
-            refusal(last, at(8, 1, 5), accepted(900, 7, 1)),
+            refused(last, at(8, 1, 5), accepted(900, 7, 1)),
             Some(Moved::OtherCluster { was: 7, now: 8 })
         );
         // A copy put back on the same timeline, accepted after.
-        assert_eq!(refusal(last, at(7, 1, 9), accepted(900, 7, 1)), None);
+        assert_eq!(refused(last, at(7, 1, 9), accepted(900, 7, 1)), None);
     }
 
     #[test]

@@ -223,7 +223,7 @@ pub enum RefillProblem {
     /// its WAL went back.
     CentralMoved {
         server: String,
-        moved: super::fence::Moved,
+        moved: super::fence::Refusal,
     },
     /// The postgres_fdw server does not pin the central session's settings
     /// a refill needs (`remote_session.rs`).

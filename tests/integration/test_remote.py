@@ -514,6 +514,19 @@ def test_a_central_server_with_asynchronous_commit_that_crashes_repeats_nothing(
     assert central_max_id(central, central_db) >= max(before + after)
 
 
+def _wait_until_idle(shard, db):
+    """Waits until the shard's worker stopped topping up its caches after
+    the last draws: no refill recorded for 2 s."""
+    def records():
+        return shard.sql("SELECT biz_tag, central_clock FROM id_segment_remote ORDER BY 1", dbname=db)
+
+    def idle():
+        before = records()
+        time.sleep(2)
+        return records() == before
+    assert wait_for(idle, timeout=120)
+
+
 def _seen(shard, db):
     (seen,), = shard.sql("SELECT max_id_seen FROM id_segment_remote WHERE biz_tag = 'orders'",
                          dbname=db)
@@ -632,6 +645,102 @@ def test_a_shard_that_sees_the_central_server_went_back_on_one_tag_refuses_every
     central.sql("SELECT segment_central_accept()", dbname=central_db)
     s1.sql("SELECT segment_attach('orders', 'central')", dbname=db1)
     for shard, db in shards:
+        for tag in drawn:
+            drawn[tag] += draw_plain(shard, db, tag, 3_000)
+    for ids in drawn.values():
+        assert_unique(ids)
+
+
+@pytest.mark.parametrize("how", ["cold copy", "dump restored under its name"])
+def test_another_server_name_for_the_same_central_server_gets_no_ID_past_the_fence(make_cluster, how):
+    """Shard B reaches one central database through two postgres_fdw
+    servers: 'orders' through 'central', 'b' through 'central_b'. The
+    central server goes back (a cold copy put back, or the database
+    restored from a dump under its name) after B refilled 'orders' but not
+    'b', while shard A took 'b' ranges the restore lost. B's 'b' is refused
+    although its own mark sees nothing wrong: after the cold copy, B's
+    'orders' record of the same central table shows the move (an attack
+    drew 11,070 repeats of 'b'). Then B drops 'orders', renames the server
+    and attaches 'orders' through the new name: refused by the record the
+    drop kept for that tag — after the dump, B's 'orders' mark is below the
+    restored row and nothing else tells (10,640 repeats in an attack). The
+    documented step lets everything go on."""
+    central, central_db, [(a, a_db), (b, b_db)] = central_and_shards(make_cluster)
+    central.sql("SELECT segment_create('b', step => 10)", dbname=central_db)
+    a.sql("SELECT segment_attach('b', 'central')", dbname=a_db)
+    b.sql("CREATE SERVER central_b FOREIGN DATA WRAPPER postgres_fdw OPTIONS "
+          f"(host '{central.dir}', port '{central.port}', dbname '{central_db}', connect_timeout '2', "
+          f"options '{PINNED}')", dbname=b_db)
+    b.sql("CREATE USER MAPPING FOR CURRENT_USER SERVER central_b OPTIONS (user 'postgres')", dbname=b_db)
+    b.sql("SELECT segment_attach('b', 'central_b')", dbname=b_db)
+    drawn = {"orders": draw_plain(b, b_db, "orders", 2_000), "b": draw_plain(b, b_db, "b", 2_000)}
+    _wait_until_idle(b, b_db)
+
+    copy = os.path.join(central.dir, "cold-copy")
+    dump = os.path.join(central.dir, "central.dump")
+    if how == "cold copy":
+        central.stop()
+        subprocess.run(["cp", "-a", central.data, copy], check=True)
+        central.start()
+        # WAL the copy will not have: it stays behind B's record for the
+        # whole test, so the fence (not only B's mark) refuses 'orders'.
+        central.sql("CREATE TABLE wal_the_copy_lacks AS "
+                    "SELECT g, repeat('x', 100) AS filler FROM generate_series(1, 200000) g",
+                    dbname=central_db)
+    else:
+        central.client("pg_dump", "-Fc", "-d", central_db, "-f", dump)
+    # Ranges the restore loses: after a cold copy B takes 'orders' ones
+    # (so that its record shows the WAL went back), after a dump A does
+    # (B's 'orders' mark stays below the restored row); A takes 'b' ones.
+    orders_taker = (b, b_db) if how == "cold copy" else (a, a_db)
+    for tag, (shard, db) in (("orders", orders_taker), ("b", (a, a_db))):
+        kept = central_max_id(central, central_db, tag)
+        while central_max_id(central, central_db, tag) <= kept:
+            drawn[tag] += draw_plain(shard, db, tag, 5_000)
+    lost_up_to = central_max_id(central, central_db, "b")
+    if how == "cold copy":
+        central.stop()
+        shutil.rmtree(central.data)
+        subprocess.run(["cp", "-a", copy, central.data], check=True)
+        central.start()
+        moved = "its WAL position went back to"
+    else:
+        central.sql(f"DROP DATABASE {central_db} WITH (FORCE)")
+        central.sql(f"CREATE DATABASE {central_db}")
+        central.client("pg_restore", "-d", central_db, dump)
+        moved = "its id_segment is another table now"
+    assert central_max_id(central, central_db, "b") < lost_up_to
+
+    error = _draw_until_error(b, b_db, drawn["orders"])
+    _refused_as_moved(error, moved)
+    error = _draw_until_error(b, b_db, drawn["b"], n=100, tag="b")
+    assert isinstance(error, psycopg.errors.DataException), error
+    assert ('central server "central_b" is not where this server left it for segment tag "b"'
+            in str(error)), error
+    assert moved in str(error), error
+    (b_mark,), = b.sql("SELECT max_id_seen FROM id_segment_remote WHERE biz_tag = 'b'", dbname=b_db)
+    assert b_mark < lost_up_to   # B's own mark of 'b' could not tell
+
+    if how != "cold copy":   # B's 'orders' mark cannot tell either
+        assert _seen(b, b_db) <= central_max_id(central, central_db)
+    b.sql("SELECT segment_drop('orders')", dbname=b_db)
+    b.sql("ALTER SERVER central RENAME TO central_eu", dbname=b_db)
+    with pytest.raises(psycopg.errors.DataException) as refused:
+        b.sql("SELECT segment_attach('orders', 'central_eu')", dbname=b_db)
+    assert ('segment tag "orders" cannot be attached to server "central_eu": the central server is '
+            f'not where this database left it: {moved}' in str(refused.value)), refused.value
+    for ids in drawn.values():
+        assert_unique(ids)
+
+    for tag in drawn:
+        marks = [shard.sql("SELECT max(max_id_seen) FROM (SELECT max_id_seen FROM id_segment_remote "
+                           "WHERE biz_tag = %s UNION ALL SELECT max_id_seen FROM id_segment_detached "
+                           "WHERE biz_tag = %s) m", (tag, tag), dbname=db)[0][0] for shard, db in ((a, a_db), (b, b_db))]
+        central.sql("UPDATE id_segment SET max_id = greatest(max_id, %s), version = version + 1 "
+                    "WHERE biz_tag = %s", (max(marks), tag), dbname=central_db)
+    central.sql("SELECT segment_central_accept()", dbname=central_db)
+    b.sql("SELECT segment_attach('orders', 'central_eu')", dbname=b_db)
+    for shard, db in ((a, a_db), (b, b_db)):
         for tag in drawn:
             drawn[tag] += draw_plain(shard, db, tag, 3_000)
     for ids in drawn.values():
@@ -770,13 +879,8 @@ def test_a_central_database_gone_back_in_the_same_cluster_is_refused_also_after_
         (clock,), = b.sql("SELECT central_clock FROM id_segment_remote WHERE biz_tag = 'orders'",
                           dbname=b_db)
         return clock
-    # B's worker tops up its cache after the draws, then stays idle: the
-    # accept below comes after B's last refill.
-    def b_idle():
-        before = b_recorded()
-        time.sleep(2)
-        return b_recorded() == before
-    assert wait_for(b_idle, timeout=120)
+    # The accept below comes after B's last refill.
+    _wait_until_idle(b, b_db)
     (accepted_at,), = central.sql("SELECT segment_central_accept()", dbname=central_db)
     assert accepted_at > b_recorded()
     b_mark_before_the_dump = _seen(b, b_db)
