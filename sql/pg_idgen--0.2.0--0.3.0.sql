@@ -165,7 +165,7 @@ $update$;
 
 -- Attached tags dropped here, with their mark (see bootstrap.sql).
 CREATE TABLE id_segment_detached (
-    biz_tag     varchar(64) PRIMARY KEY,
+    biz_tag     varchar(64) NOT NULL,
     server      name        NOT NULL,
     max_id_seen bigint      NOT NULL,
     detached_at timestamptz NOT NULL DEFAULT now(),
@@ -178,7 +178,11 @@ CREATE TABLE id_segment_detached (
     central_wal_lsn pg_lsn,
     central_clock timestamptz,
     central_database_oid bigint,
-    central_table_oid bigint
+    central_table_oid bigint,
+    -- One row per tag and server: attaching the tag through another
+    -- server (moving it to another central server) keeps the record of
+    -- the old one, which still fences the old server's other tags.
+    PRIMARY KEY (biz_tag, server)
 );
 COMMENT ON TABLE id_segment_detached IS 'pg_idgen: attached segment tags dropped here, with the largest central max_id taken below';
 SELECT pg_catalog.pg_extension_config_dump('id_segment_detached', '');

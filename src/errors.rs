@@ -1001,7 +1001,10 @@ impl IdgenError {
                 if options.is_some() { "SET" } else { "ADD" },
                 quote_literal(&crate::remote_session::fixed_options(options.as_deref()))
             ),
-            IdgenError::AttachCentralMoved { tag, .. } => central_moved_hint(tag),
+            IdgenError::AttachCentralMoved { tag, .. } => format!(
+                "{} Moving the tag to another central server on purpose: create it there above this database's mark (the largest id_segment_detached.max_id_seen of the tag), then run SELECT segment_central_accept() there.",
+                central_moved_hint(tag)
+            ),
             IdgenError::RemoteTagMissing { tag, .. } => format!(
                 "Create it on the central server first (SELECT segment_create({}) there, or INSERT the tag's row into its id_segment), then attach it here.",
                 quote_literal(tag)

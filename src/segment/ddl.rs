@@ -29,8 +29,8 @@
 
 use super::created_here;
 use super::default_check::tag_uses;
-use super::distributor::{read_origin, record_position, recorded_on_server};
-use super::fence::refusal;
+use super::distributor::{read_origin, record_position, recorded_of_server};
+use super::fence::{refusal, relevant};
 use super::registry::registry_or_raise;
 use super::sql::{forget_resolved, note_setval};
 use super::tag::{self, check_tag, current_table_oid, table_name};
@@ -153,7 +153,7 @@ fn segment_drop(
     });
     // The mark, and where the central server was at the tag's last refill
     // (the fence of a later attach, and of the refills of the tags still
-    // attached through that server: `distributor::recorded_on_server`).
+    // attached through that server: `distributor::recorded_of_server`).
     let keep_mark = tag::detached_table_name(table_oid).map(|detached| {
         let position = |name: &str, sql_type: &str| {
             format!("(r.row OPERATOR(pg_catalog.->>) '{name}')::pg_catalog.{sql_type}")
@@ -162,7 +162,7 @@ fn segment_drop(
             "INSERT INTO {detached} AS d (biz_tag, server, max_id_seen, central_system_identifier, \
                     central_timeline, central_wal_lsn, central_clock, central_database_oid, central_table_oid) \
              SELECT $1, $2, $3, {}, {}, {}, {}, {}, {} FROM (SELECT $4::pg_catalog.jsonb AS row) r \
-             ON CONFLICT (biz_tag) DO UPDATE SET server = EXCLUDED.server, \
+             ON CONFLICT (biz_tag, server) DO UPDATE SET \
                  max_id_seen = GREATEST(d.max_id_seen, EXCLUDED.max_id_seen), \
                  detached_at = pg_catalog.now(), \
                  central_system_identifier = EXCLUDED.central_system_identifier, \
@@ -431,14 +431,14 @@ fn segment_attach(
             .map_err(spi_failed("segment_attach: server"))?
             .unwrap_or(pg_sys::InvalidOid);
         let detached = tag::detached_table_name(table_oid);
-        let recorded = recorded_on_server(
+        let candidates = recorded_of_server(
             client,
             (&registry_table, detached.as_deref()),
             server_oid,
-            tag,
-            &position.position,
+            Some(tag),
         )
         .map_err(spi_failed("segment_attach: central position"))?;
+        let recorded = relevant(&candidates, position.position);
         if let Some(moved) = refusal(
             &recorded,
             position.position,
@@ -491,23 +491,39 @@ fn segment_attach(
         // Under 0.2.0's SQL: neither; under 0.3.0's: both.
         let records_seen = records_seen == 2;
         // Attached here before and dropped: this database has handed out
-        // the tag's IDs up to that mark, whatever the central row says now.
+        // the tag's IDs up to that mark (the largest, through whichever
+        // server), whatever the central row says now. The record of this
+        // server gives way to the one the new attachment makes; those of
+        // other servers stay, to fence those servers' other tags.
         let detached_mark = match tag::detached_table_name(table_oid) {
             None => None,
-            Some(detached) => client
-                .update(
-                    &format!(
-                        "DELETE FROM {detached} WHERE biz_tag OPERATOR(pg_catalog.=) $1 \
-                         RETURNING max_id_seen"
-                    ),
-                    None,
-                    &[tag.into()],
-                )
-                .map_err(spi_failed("segment_attach: earlier mark"))?
-                .first()
-                .get::<i64>(1)
-                .ok()
-                .flatten(),
+            Some(detached) => {
+                let mark = client
+                    .select(
+                        &format!(
+                            "SELECT max(max_id_seen) FROM {detached} \
+                              WHERE biz_tag OPERATOR(pg_catalog.=) $1"
+                        ),
+                        None,
+                        &[tag.into()],
+                    )
+                    .map_err(spi_failed("segment_attach: earlier mark"))?
+                    .first()
+                    .get::<i64>(1)
+                    .ok()
+                    .flatten();
+                client
+                    .update(
+                        &format!(
+                            "DELETE FROM {detached} WHERE biz_tag OPERATOR(pg_catalog.=) $1 \
+                               AND server OPERATOR(pg_catalog.=) $2"
+                        ),
+                        None,
+                        &[tag.into(), server.into()],
+                    )
+                    .map_err(spi_failed("segment_attach: earlier mark"))?;
+                mark
+            }
         };
         if let (Some(mark), Some(central)) = (detached_mark, central_max_id) {
             if central < mark {

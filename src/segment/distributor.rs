@@ -56,7 +56,7 @@
 //!    its tags attached through the same postgres_fdw server or through
 //!    another reaching the same central table
 //!    (`id_segment_remote.central_*`), or dropped from either
-//!    (`id_segment_detached.central_*`; `recorded_on_server`): another cluster,
+//!    (`id_segment_detached.central_*`; `recorded_of_server`): another cluster,
 //!    another database or table, another timeline or WAL gone back is
 //!    refused (`CentralMoved`, `fence.rs`) before anything is written. This
 //!    catches what step 4's floor cannot: a central server that went back
@@ -81,7 +81,10 @@
 //! transaction's `search_path` is `pg_catalog, pg_temp`, so no object a user
 //! creates can change what these statements do.
 
-use super::fence::{parse_lsn, refusal, Acceptance, CentralPosition, CentralTable, Lsn, Recorded};
+use super::fence::{
+    parse_lsn, refusal, relevant, Acceptance, Candidate, CentralPosition, CentralTable, Lsn,
+    Recorded,
+};
 use super::policy::{granted_range, plan_range, RefillProblem};
 use super::registry::{GiveBack, WorkerKey};
 use super::tag;
@@ -176,8 +179,8 @@ fn find_remote(
                                 OPERATOR(pg_catalog.||) pg_catalog.quote_ident(oc.relname) \
                        FROM pg_catalog.pg_class oc \
                        JOIN pg_catalog.pg_namespace oc_n ON oc_n.oid OPERATOR(pg_catalog.=) oc.relnamespace \
-                      WHERE oc.oid OPERATOR(pg_catalog.=) ((pg_catalog.to_jsonb(r) OPERATOR(pg_catalog.->>) 'origin_table') \
-                                                            ::pg_catalog.regclass)::pg_catalog.oid), \
+                      WHERE oc.oid OPERATOR(pg_catalog.=) pg_catalog.to_regclass( \
+                                pg_catalog.to_jsonb(r) OPERATOR(pg_catalog.->>) 'origin_table')::pg_catalog.oid), \
                     (pg_catalog.to_jsonb(r) OPERATOR(pg_catalog.->>) 'origin_table') IS NOT NULL, \
                     s.oid \
                FROM {remote_table} r \
@@ -225,25 +228,33 @@ fn find_remote(
     ))
 }
 
-/// Where this database recorded the central server it reaches now
-/// (`now`, through the postgres_fdw server `server_oid`) at its last
-/// refills: the records (`id_segment_remote`, in `registry`) of each tag
-/// attached through that server, and of each tag attached through another
-/// server that reached the same central database and table; and the
-/// records kept at `segment_drop` (`id_segment_detached`, in `detached`)
-/// of the tags dropped from a server of that name or from that central
-/// database and table, and of `tag` itself from wherever it was dropped.
-/// Each refill and each `segment_attach` is checked against them all
-/// (`fence::refusal`), so neither another tag, nor a drop and an attach,
-/// nor another server's name gets past what one of them shows. Columns
-/// an older SQL lacks read as no record.
-pub fn recorded_on_server(
+/// What this database recorded of the central server behind the
+/// postgres_fdw server `server_oid` at its last refills, as
+/// `fence::Candidate`s: the records (`id_segment_remote`, in `registry`)
+/// of each tag attached through that server (they count), or through
+/// another server with the same host, port and dbname (they count if they
+/// reached the same central database and table as now); and the records
+/// kept at `segment_drop` (`id_segment_detached`, in `detached`) of the
+/// tags dropped from a server of that name or — for `segment_attach` — of
+/// the tag being attached (`attaching`), from wherever it was dropped
+/// (they count), and of every other dropped tag (they count if they
+/// reached the same central table). `fence::relevant` picks them once the
+/// central server said where it is; each refill and each `segment_attach`
+/// is checked against them all (`fence::refusal`), so neither another
+/// tag, nor a drop and an attach, nor another server's name gets past
+/// what one of them shows. Another server attached to a copy of the
+/// central server made elsewhere (same cluster, database and table,
+/// another host) is another central server: its records, which go on
+/// changing, do not count. Read before the remote transaction starts, so
+/// that the CAS follows the read of the central position at once (a
+/// longer REPEATABLE READ transaction there loses more CAS races).
+/// Columns an older SQL lacks read as no record.
+pub fn recorded_of_server(
     client: &SpiClient<'_>,
     (registry, detached): (&str, Option<&str>),
     server_oid: pg_sys::Oid,
-    tag: &str,
-    now: &CentralPosition,
-) -> Result<Vec<Recorded>, pgrx::spi::Error> {
+    attaching: Option<&str>,
+) -> Result<Vec<Candidate>, pgrx::spi::Error> {
     let column = |alias: &str, name: &str| {
         format!("(pg_catalog.to_jsonb({alias}) OPERATOR(pg_catalog.->>) '{name}')")
     };
@@ -260,46 +271,36 @@ pub fn recorded_on_server(
             column(alias, "central_table_oid"),
         )
     };
-    // The same central database and table as the one reached now.
-    let same_central = |alias: &str| {
+    // Where a postgres_fdw server connects to.
+    let target = |server: &str| {
         format!(
-            "({}::pg_catalog.int8 OPERATOR(pg_catalog.=) $3 \
-              AND {}::pg_catalog.int8 OPERATOR(pg_catalog.=) $4 \
-              AND {}::pg_catalog.int8 OPERATOR(pg_catalog.=) $5)",
-            column(alias, "central_system_identifier"),
-            column(alias, "central_database_oid"),
-            column(alias, "central_table_oid"),
+            "(SELECT pg_catalog.array_agg(o.option_name OPERATOR(pg_catalog.||) '=' \
+                                          OPERATOR(pg_catalog.||) o.option_value ORDER BY o.option_name) \
+                FROM pg_catalog.pg_foreign_server fs, pg_catalog.pg_options_to_table(fs.srvoptions) o \
+               WHERE fs.oid OPERATOR(pg_catalog.=) {server} \
+                 AND o.option_name OPERATOR(pg_catalog.=) ANY ('{{host,hostaddr,port,dbname}}'))"
         )
     };
     let mut query = format!(
-        "SELECT {} FROM {registry} r \
-           LEFT JOIN pg_catalog.pg_foreign_table ft ON ft.ftrelid OPERATOR(pg_catalog.=) r.foreign_table \
-          WHERE ft.ftserver OPERATOR(pg_catalog.=) $1 OR {}",
+        "SELECT {}, ft.ftserver OPERATOR(pg_catalog.=) $1 FROM {registry} r \
+           JOIN pg_catalog.pg_foreign_table ft ON ft.ftrelid OPERATOR(pg_catalog.=) r.foreign_table \
+          WHERE ft.ftserver OPERATOR(pg_catalog.=) $1 \
+             OR {} IS NOT DISTINCT FROM {}",
         columns("r"),
-        same_central("r")
+        target("ft.ftserver"),
+        target("$1"),
     );
     if let Some(detached) = detached {
         query += &format!(
-            " UNION ALL SELECT {} FROM {detached} d \
-               LEFT JOIN pg_catalog.pg_foreign_server s ON s.srvname OPERATOR(pg_catalog.=) d.server \
-              WHERE s.oid OPERATOR(pg_catalog.=) $1 OR d.biz_tag OPERATOR(pg_catalog.=) $2 OR {}",
+            " UNION ALL SELECT {}, \
+                     (s.oid OPERATOR(pg_catalog.=) $1 OR d.biz_tag OPERATOR(pg_catalog.=) $2) IS TRUE \
+                FROM {detached} d \
+                LEFT JOIN pg_catalog.pg_foreign_server s ON s.srvname OPERATOR(pg_catalog.=) d.server",
             columns("d"),
-            same_central("d")
         );
     }
-    let table = now.table;
-    let rows = client.select(
-        &query,
-        None,
-        &[
-            server_oid.into(),
-            tag.into(),
-            now.system_identifier.into(),
-            table.map(|t| t.database_oid).into(),
-            table.map(|t| t.table_oid).into(),
-        ],
-    )?;
-    let mut recorded = Vec::new();
+    let rows = client.select(&query, None, &[server_oid.into(), attaching.into()])?;
+    let mut candidates = Vec::new();
     for row in rows {
         if let (Some(system_identifier), Some(timeline), Some(wal_lsn), Some(clock_us)) = (
             row.get::<i64>(1)?,
@@ -307,18 +308,21 @@ pub fn recorded_on_server(
             row.get::<String>(3)?.as_deref().and_then(parse_lsn),
             row.get::<i64>(4)?,
         ) {
-            recorded.push(Recorded {
-                position: CentralPosition {
-                    system_identifier,
-                    table: central_table(row.get::<i64>(5)?, row.get::<i64>(6)?),
-                    timeline,
-                    wal_lsn,
+            candidates.push(Candidate {
+                record: Recorded {
+                    position: CentralPosition {
+                        system_identifier,
+                        table: central_table(row.get::<i64>(5)?, row.get::<i64>(6)?),
+                        timeline,
+                        wal_lsn,
+                    },
+                    clock_us,
                 },
-                clock_us,
+                of_this_server: row.get::<bool>(7)?.unwrap_or(false),
             });
         }
     }
-    Ok(recorded)
+    Ok(candidates)
 }
 
 /// A central database and table, when both OIDs are known.
@@ -456,19 +460,19 @@ fn take_remote_range(
     let position = match &remote.origin_table {
         None => None,
         Some(origin) => {
+            let registry = table.remote_registry.as_deref().unwrap_or_default();
+            let detached = tag::detached_table_name(table.oid);
+            let candidates = recorded_of_server(
+                client,
+                (registry, detached.as_deref()),
+                remote.server_oid.into(),
+                None,
+            )?;
             let report = as_owner(remote.owner, || {
                 let view = format!("id_segment_origin (read by foreign table {origin})");
                 read_origin(client, origin, &remote.server, &view)
             })?;
-            let registry = table.remote_registry.as_deref().unwrap_or_default();
-            let detached = tag::detached_table_name(table.oid);
-            let recorded = recorded_on_server(
-                client,
-                (registry, detached.as_deref()),
-                remote.server_oid.into(),
-                tag,
-                &report.position,
-            )?;
+            let recorded = relevant(&candidates, report.position);
             if let Some(moved) =
                 refusal(&recorded, report.position, report.clock_us, report.accepted)
             {

@@ -5,7 +5,7 @@
 //! recorded at its last refills from it (`id_segment_remote.central_*` of
 //! every tag attached through the same server or reaching the same central
 //! table, and `id_segment_detached.central_*` of the tags dropped since:
-//! `distributor::recorded_on_server` picks them).
+//! `distributor::recorded_of_server` reads them, `relevant` picks them).
 //!
 //! A central server that went back lost ranges it had handed out, and a
 //! shard cannot always see that from the row: one that took nothing after
@@ -79,6 +79,33 @@ pub struct Recorded {
     pub clock_us: i64,
 }
 
+/// A record that may be about the central server a refill reaches: one
+/// made through the same postgres_fdw server (or, for a dropped tag,
+/// through a server of the same name, or the tag being attached itself)
+/// counts whatever it says; another (through a server with the same
+/// address, or a dropped tag's from anywhere) only if it reached the same
+/// cluster, database and table as the server reports now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Candidate {
+    pub record: Recorded,
+    pub of_this_server: bool,
+}
+
+/// The records of `candidates` that are about the central server at
+/// `now`.
+pub fn relevant(candidates: &[Candidate], now: CentralPosition) -> Vec<Recorded> {
+    candidates
+        .iter()
+        .filter(|c| {
+            c.of_this_server
+                || (c.record.position.system_identifier == now.system_identifier
+                    && c.record.position.table.is_some()
+                    && c.record.position.table == now.table)
+        })
+        .map(|c| c.record)
+        .collect()
+}
+
 /// How a central server moved since a shard's last refill from it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Moved {
@@ -134,7 +161,8 @@ pub fn refusal(
     Some(Refusal {
         moved,
         accept_after_us,
-        clock_now_us: (clock_now_us <= accept_after_us).then_some(clock_now_us),
+        // (0: a view that answered no clock, which says nothing of it.)
+        clock_now_us: (clock_now_us > 0 && clock_now_us <= accept_after_us).then_some(clock_now_us),
     })
 }
 
@@ -306,6 +334,37 @@ mod tests {
     }
 
     #[test]
+    fn records_of_other_servers_count_only_for_the_same_central_table() {
+        let candidate = |position, clock_us, of_this_server| Candidate {
+            record: Recorded { position, clock_us },
+            of_this_server,
+        };
+        let mine = candidate(at(7, 1, 10), 1, true);
+        let same_table = candidate(at(7, 1, 50), 2, false);
+        let other_cluster = candidate(at(8, 1, 90), 3, false);
+        let unknown_table = candidate(
+            CentralPosition {
+                table: None,
+                ..at(7, 1, 90)
+            },
+            4,
+            false,
+        );
+        let all = [mine, same_table, other_cluster, unknown_table];
+        assert_eq!(
+            relevant(&all, at(7, 1, 20)),
+            vec![mine.record, same_table.record]
+        );
+        // Through this server, a record counts whatever the server is now.
+        assert_eq!(relevant(&all, at(9, 1, 20)), vec![mine.record]);
+        // Another server's record of the same table shows a copy put back.
+        assert_eq!(
+            refused(&relevant(&all, at(7, 1, 20)), at(7, 1, 20), None),
+            Some(Moved::WalWentBack { was: 50, now: 20 })
+        );
+    }
+
+    #[test]
     fn a_central_clock_behind_the_records_is_named() {
         let records = [
             Recorded {
@@ -332,6 +391,7 @@ mod tests {
             refusal(&records, now, 11_000_000, accepted(9_000_001, 7, 1)),
             None
         );
+        assert_eq!(refusal(&records, now, 0, None).unwrap().clock_now_us, None);
     }
 
     #[test]

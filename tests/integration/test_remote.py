@@ -437,6 +437,16 @@ def test_long_server_names_and_a_dropped_foreign_table(make_cluster):
         draw_plain(shard, db, "c", 1)
     assert caught.value.sqlstate == "42P01", caught.value
     assert "foreign table was dropped" in str(caught.value)
+    # So is the one over the central server's id_segment_origin (it named
+    # the table's OID, with the generic hint, before).
+    (origin,), = shard.sql("SELECT origin_table::text FROM id_segment_remote WHERE biz_tag = 'orders'",
+                           dbname=db)
+    shard.sql(f"DROP FOREIGN TABLE {origin}", dbname=db)
+    error = _draw_until_error(shard, db, [], n=10)
+    assert error.sqlstate == "42P01", error
+    assert 'segment tag "orders" is attached to server "central", but its foreign table was dropped' \
+        in str(error), error
+    assert "segment_attach" in error.diag.message_hint, error.diag.message_hint
 
 
 def _draw_until_error(cluster, db, into, n=500, limit=200_000, tag="orders"):
@@ -597,8 +607,9 @@ def test_a_shard_that_sees_the_central_server_went_back_on_one_tag_refuses_every
     (on the code that fenced each tag by its own record alone, shard 1
     handed out 'b' IDs shard 2 had handed out: 12,010 repeats in an
     attack) — and stays refused once 'orders' is dropped there, by the
-    record the drop keeps. The documented step, every tag's row raised,
-    lets both go on."""
+    record the drop keeps, also after 'orders' moved to another central
+    server. The documented step, every tag's row raised, lets both go
+    on."""
     central, central_db, shards = central_and_shards(make_cluster)
     central.sql("SELECT segment_create('b', step => 10)", dbname=central_db)
     for shard, db in shards:
@@ -612,6 +623,12 @@ def test_a_shard_that_sees_the_central_server_went_back_on_one_tag_refuses_every
     central.stop()
     subprocess.run(["cp", "-a", central.data, copy], check=True)
     central.start()
+    # WAL the copy will not have: it stays behind shard 1's 'orders' record
+    # for the whole test (a restored copy that writes past a record leaves
+    # that shard nothing to see: "What a shard cannot see").
+    central.sql("CREATE TABLE wal_the_copy_lacks AS "
+                "SELECT g, repeat('x', 100) AS filler FROM generate_series(1, 200000) g",
+                dbname=central_db)
     drawn["orders"] += draw_plain(s1, db1, "orders", 20_000)
     drawn["b"] += draw_plain(s2, db2, "b", 20_000)
     central.stop()
@@ -633,6 +650,33 @@ def test_a_shard_that_sees_the_central_server_went_back_on_one_tag_refuses_every
     error = _draw_until_error(s1, db1, drawn["b"], n=100, tag="b")
     assert isinstance(error, psycopg.errors.DataException), error
     assert "its WAL position went back to" in str(error), error
+
+    # 'orders' moved to another central server, as a DBA would: made there
+    # above the mark, attached once segment_central_accept() ran there (the
+    # record the drop kept refuses it before). The record of the first
+    # central server stays, and still stops 'b' (on the code that deleted
+    # it at the attach, 18,690 'b' IDs repeated in an attack).
+    other = make_cluster()
+    other.start()
+    other_db = other.new_database()
+    (mark,), = s1.sql("SELECT max(max_id_seen) FROM id_segment_detached WHERE biz_tag = 'orders'",
+                      dbname=db1)
+    other.sql("SELECT segment_create('orders', start => %s, step => 10)", (mark + 1,), dbname=other_db)
+    s1.sql("CREATE SERVER elsewhere FOREIGN DATA WRAPPER postgres_fdw OPTIONS "
+           f"(host '{other.dir}', port '{other.port}', dbname '{other_db}', connect_timeout '2', "
+           f"options '{PINNED}')", dbname=db1)
+    s1.sql("CREATE USER MAPPING FOR CURRENT_USER SERVER elsewhere OPTIONS (user 'postgres')", dbname=db1)
+    with pytest.raises(psycopg.errors.DataException) as refused:
+        s1.sql("SELECT segment_attach('orders', 'elsewhere')", dbname=db1)
+    assert "it is another cluster now" in str(refused.value), refused.value
+    assert "to another central server on purpose" in refused.value.diag.message_hint
+    other.sql("SELECT segment_central_accept()", dbname=other_db)
+    s1.sql("SELECT segment_attach('orders', 'elsewhere')", dbname=db1)
+    moved = draw_plain(s1, db1, "orders", 1_000)
+    assert min(moved) > mark
+    error = _draw_until_error(s1, db1, drawn["b"], n=100, tag="b")
+    assert isinstance(error, psycopg.errors.DataException), error
+    assert "its WAL position went back to" in str(error), error
     for ids in drawn.values():
         assert_unique(ids)
 
@@ -643,12 +687,15 @@ def test_a_shard_that_sees_the_central_server_went_back_on_one_tag_refuses_every
         central.sql("UPDATE id_segment SET max_id = greatest(max_id, %s), version = version + 1 "
                     "WHERE biz_tag = %s", (max(marks), tag), dbname=central_db)
     central.sql("SELECT segment_central_accept()", dbname=central_db)
-    s1.sql("SELECT segment_attach('orders', 'central')", dbname=db1)
     for shard, db in shards:
         for tag in drawn:
-            drawn[tag] += draw_plain(shard, db, tag, 3_000)
+            if (shard, tag) == (s1, "orders"):   # from the other central server now
+                moved += draw_plain(shard, db, tag, 3_000)
+            else:
+                drawn[tag] += draw_plain(shard, db, tag, 3_000)
     for ids in drawn.values():
         assert_unique(ids)
+    assert_unique(moved)
 
 
 @pytest.mark.parametrize("how", ["cold copy", "dump restored under its name"])
@@ -741,6 +788,40 @@ def test_another_server_name_for_the_same_central_server_gets_no_ID_past_the_fen
     central.sql("SELECT segment_central_accept()", dbname=central_db)
     b.sql("SELECT segment_attach('orders', 'central_eu')", dbname=b_db)
     for shard, db in ((a, a_db), (b, b_db)):
+        for tag in drawn:
+            drawn[tag] += draw_plain(shard, db, tag, 3_000)
+    for ids in drawn.values():
+        assert_unique(ids)
+
+
+def test_a_copy_of_the_central_server_used_as_a_second_one_is_not_taken_for_it(make_cluster):
+    """A second central server made as a cold copy of the first (a
+    snapshot started as a new instance): the same system identifier,
+    database and table OIDs, on another host. One shard database takes
+    'orders' from the first and 'b' (made after the copy) from the second,
+    in turns. Neither is refused: records made through a server with
+    another host are not taken for the same central server (on the code
+    that took them so, the first was refused as soon as the second's WAL
+    was ahead, and segment_central_accept() there did not last)."""
+    central, central_db, [(shard, db)] = central_and_shards(make_cluster, shards=1)
+    drawn = {"orders": draw_plain(shard, db, "orders", 2_000), "b": []}
+    second = make_cluster()
+    central.stop()
+    shutil.rmtree(second.data)
+    subprocess.run(["cp", "-a", central.data, second.data], check=True)
+    central.start()
+    second.append_conf(f"unix_socket_directories = '{second.dir}'")
+    second.start()
+    second.sql("SELECT segment_create('b', step => 10)", dbname=central_db)
+    # The second one's WAL well ahead of the first's.
+    second.sql("CREATE TABLE wal_ahead AS SELECT g, repeat('x', 100) AS filler "
+               "FROM generate_series(1, 200000) g", dbname=central_db)
+    shard.sql("CREATE SERVER second FOREIGN DATA WRAPPER postgres_fdw OPTIONS "
+              f"(host '{second.dir}', port '{second.port}', dbname '{central_db}', connect_timeout '2', "
+              f"options '{PINNED}')", dbname=db)
+    shard.sql("CREATE USER MAPPING FOR CURRENT_USER SERVER second OPTIONS (user 'postgres')", dbname=db)
+    shard.sql("SELECT segment_attach('b', 'second')", dbname=db)
+    for _ in range(4):
         for tag in drawn:
             drawn[tag] += draw_plain(shard, db, tag, 3_000)
     for ids in drawn.values():
