@@ -619,16 +619,7 @@ def test_a_shard_that_sees_the_central_server_went_back_on_one_tag_refuses_every
     for shard, db in shards:
         drawn["b"] += draw_plain(shard, db, "b", 2_000)
     drawn["orders"] += draw_plain(s1, db1, "orders", 2_000)
-    copy = os.path.join(central.dir, "cold-copy")
-    central.stop()
-    subprocess.run(["cp", "-a", central.data, copy], check=True)
-    central.start()
-    # WAL the copy will not have: it stays behind shard 1's 'orders' record
-    # for the whole test (a restored copy that writes past a record leaves
-    # that shard nothing to see: "What a shard cannot see").
-    central.sql("CREATE TABLE wal_the_copy_lacks AS "
-                "SELECT g, repeat('x', 100) AS filler FROM generate_series(1, 200000) g",
-                dbname=central_db)
+    copy = _cold_copy_then_wal_it_lacks(central, central_db)
     drawn["orders"] += draw_plain(s1, db1, "orders", 20_000)
     drawn["b"] += draw_plain(s2, db2, "b", 20_000)
     central.stop()
@@ -723,17 +714,9 @@ def test_another_server_name_for_the_same_central_server_gets_no_ID_past_the_fen
     drawn = {"orders": draw_plain(b, b_db, "orders", 2_000), "b": draw_plain(b, b_db, "b", 2_000)}
     _wait_until_idle(b, b_db)
 
-    copy = os.path.join(central.dir, "cold-copy")
     dump = os.path.join(central.dir, "central.dump")
     if how == "cold copy":
-        central.stop()
-        subprocess.run(["cp", "-a", central.data, copy], check=True)
-        central.start()
-        # WAL the copy will not have: it stays behind B's record for the
-        # whole test, so the fence (not only B's mark) refuses 'orders'.
-        central.sql("CREATE TABLE wal_the_copy_lacks AS "
-                    "SELECT g, repeat('x', 100) AS filler FROM generate_series(1, 200000) g",
-                    dbname=central_db)
+        copy = _cold_copy_then_wal_it_lacks(central, central_db)
     else:
         central.client("pg_dump", "-Fc", "-d", central_db, "-f", dump)
     # Ranges the restore loses: after a cold copy B takes 'orders' ones
@@ -826,6 +809,22 @@ def test_a_copy_of_the_central_server_used_as_a_second_one_is_not_taken_for_it(m
             drawn[tag] += draw_plain(shard, db, tag, 3_000)
     for ids in drawn.values():
         assert_unique(ids)
+
+
+def _cold_copy_then_wal_it_lacks(central, central_db):
+    """A cold copy of the central server's data directory (returns its
+    path), then WAL the copy will not have: put back, the copy stays
+    behind every record the shards make from here on for the whole test
+    (a restored copy that writes past a shard's record leaves that shard
+    nothing to see: "What a shard cannot see")."""
+    copy = os.path.join(central.dir, "cold-copy")
+    central.stop()
+    subprocess.run(["cp", "-a", central.data, copy], check=True)
+    central.start()
+    central.sql("CREATE TABLE wal_the_copy_lacks AS "
+                "SELECT g, repeat('x', 100) AS filler FROM generate_series(1, 200000) g",
+                dbname=central_db)
+    return copy
 
 
 def _refused_as_moved(error, what):
