@@ -231,21 +231,21 @@ fn find_remote(
 /// What this database recorded of the central server behind the
 /// postgres_fdw server `server_oid` at its last refills, as
 /// `fence::Candidate`s: the records (`id_segment_remote`, in `registry`)
-/// of each tag attached through that server (they count), or through
-/// another server with the same host, port and dbname (they count if they
-/// reached the same central database and table as now); and the records
-/// kept at `segment_drop` (`id_segment_detached`, in `detached`) of the
-/// tags dropped from a server of that name or — for `segment_attach` — of
-/// the tag being attached (`attaching`), from wherever it was dropped
-/// (they count), and of every other dropped tag (they count if they
-/// reached the same central table). `fence::relevant` picks them once the
-/// central server said where it is; each refill and each `segment_attach`
-/// is checked against them all (`fence::refusal`), so neither another
-/// tag, nor a drop and an attach, nor another server's name gets past
-/// what one of them shows. Another server attached to a copy of the
-/// central server made elsewhere (same cluster, database and table,
-/// another host) is another central server: its records, which go on
-/// changing, do not count. Read before the remote transaction starts, so
+/// of each tag attached through that server, or registered under its
+/// name (they count whatever they say), and of every other attached tag
+/// (they count if they reached the same central cluster, database and
+/// table as now, whatever the address of the server they went through);
+/// and the records kept at `segment_drop` (`id_segment_detached`, in
+/// `detached`) of the tags dropped from a server of that name or — for
+/// `segment_attach` — of the tag being attached (`attaching`), from
+/// wherever it was dropped (they count), and of every other dropped tag
+/// (they count if they reached the same central table). `fence::relevant`
+/// picks them once the central server said where it is; each refill and
+/// each `segment_attach` is checked against them all (`fence::refusal`),
+/// so neither another tag, nor a drop and an attach, nor another server's
+/// name or address gets past what one of them shows. (So a copy of a
+/// central server used as a second one is taken for the first gone back:
+/// refused, never trusted.) Read before the remote transaction starts, so
 /// that the CAS follows the read of the central position at once (a
 /// longer REPEATABLE READ transaction there loses more CAS races).
 /// Columns an older SQL lacks read as no record.
@@ -271,24 +271,16 @@ pub fn recorded_of_server(
             column(alias, "central_table_oid"),
         )
     };
-    // Where a postgres_fdw server connects to.
-    let target = |server: &str| {
-        format!(
-            "(SELECT pg_catalog.array_agg(o.option_name OPERATOR(pg_catalog.||) '=' \
-                                          OPERATOR(pg_catalog.||) o.option_value ORDER BY o.option_name) \
-                FROM pg_catalog.pg_foreign_server fs, pg_catalog.pg_options_to_table(fs.srvoptions) o \
-               WHERE fs.oid OPERATOR(pg_catalog.=) {server} \
-                 AND o.option_name OPERATOR(pg_catalog.=) ANY ('{{host,hostaddr,port,dbname}}'))"
-        )
-    };
+    // Every attached tag's record, also of one whose foreign table or
+    // server was dropped since (`fence::relevant` picks by the central
+    // table those not of this server).
     let mut query = format!(
-        "SELECT {}, ft.ftserver OPERATOR(pg_catalog.=) $1 FROM {registry} r \
-           JOIN pg_catalog.pg_foreign_table ft ON ft.ftrelid OPERATOR(pg_catalog.=) r.foreign_table \
-          WHERE ft.ftserver OPERATOR(pg_catalog.=) $1 \
-             OR {} IS NOT DISTINCT FROM {}",
+        "SELECT {}, (ft.ftserver OPERATOR(pg_catalog.=) $1 OR r.server OPERATOR(pg_catalog.=) \
+                     (SELECT s.srvname FROM pg_catalog.pg_foreign_server s \
+                       WHERE s.oid OPERATOR(pg_catalog.=) $1)) IS TRUE \
+           FROM {registry} r \
+           LEFT JOIN pg_catalog.pg_foreign_table ft ON ft.ftrelid OPERATOR(pg_catalog.=) r.foreign_table",
         columns("r"),
-        target("ft.ftserver"),
-        target("$1"),
     );
     if let Some(detached) = detached {
         query += &format!(

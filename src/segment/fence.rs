@@ -82,9 +82,10 @@ pub struct Recorded {
 /// A record that may be about the central server a refill reaches: one
 /// made through the same postgres_fdw server (or, for a dropped tag,
 /// through a server of the same name, or the tag being attached itself)
-/// counts whatever it says; another (through a server with the same
-/// address, or a dropped tag's from anywhere) only if it reached the same
-/// cluster, database and table as the server reports now.
+/// counts whatever it says; any other only if it reached the same
+/// cluster, database and table as the server reports now (through
+/// whichever server, at whichever address: a host spelt another way, a
+/// server dropped since, a libpq service file).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Candidate {
     pub record: Recorded,

@@ -777,15 +777,15 @@ def test_another_server_name_for_the_same_central_server_gets_no_ID_past_the_fen
         assert_unique(ids)
 
 
-def test_a_copy_of_the_central_server_used_as_a_second_one_is_not_taken_for_it(make_cluster):
+def test_a_copy_of_the_central_server_used_as_a_second_one_is_refused_not_trusted(make_cluster):
     """A second central server made as a cold copy of the first (a
     snapshot started as a new instance): the same system identifier,
-    database and table OIDs, on another host. One shard database takes
-    'orders' from the first and 'b' (made after the copy) from the second,
-    in turns. Neither is refused: records made through a server with
-    another host are not taken for the same central server (on the code
-    that took them so, the first was refused as soon as the second's WAL
-    was ahead, and segment_central_accept() there did not last)."""
+    database and table OIDs, at another address. One shard database takes
+    'orders' from the first and 'b' (made after the copy) from the second.
+    The shard cannot tell the second from the first restored, so once the
+    second's WAL is ahead of the first's, 'orders' is refused as gone back
+    — never trusted, and no ID repeats (docs: make a second central server
+    with initdb instead)."""
     central, central_db, [(shard, db)] = central_and_shards(make_cluster, shards=1)
     drawn = {"orders": draw_plain(shard, db, "orders", 2_000), "b": []}
     second = make_cluster()
@@ -804,11 +804,47 @@ def test_a_copy_of_the_central_server_used_as_a_second_one_is_not_taken_for_it(m
               f"options '{PINNED}')", dbname=db)
     shard.sql("CREATE USER MAPPING FOR CURRENT_USER SERVER second OPTIONS (user 'postgres')", dbname=db)
     shard.sql("SELECT segment_attach('b', 'second')", dbname=db)
-    for _ in range(4):
-        for tag in drawn:
-            drawn[tag] += draw_plain(shard, db, tag, 3_000)
+    drawn["b"] += draw_plain(shard, db, "b", 3_000)
+    _refused_as_moved(_draw_until_error(shard, db, drawn["orders"]), "its WAL position went back to")
     for ids in drawn.values():
         assert_unique(ids)
+
+
+def test_the_records_of_a_dropped_server_still_fence_another_server_of_the_same_central(
+        make_cluster):
+    """Shard B takes 'orders' through server 'central' and 'b' through
+    'central_b', both to one central database. After a cold copy B draws
+    'orders' (its record shows the copy), A draws 'b'; the copy is put
+    back, and B drops server 'central' with its foreign tables. The
+    'orders' record stays in id_segment_remote and still refuses 'b' (an
+    attack drew 1,140 repeats of 'b' once a dropped server's records were
+    left out)."""
+    central, central_db, [(a, a_db), (b, b_db)] = central_and_shards(make_cluster)
+    central.sql("SELECT segment_create('b', step => 10)", dbname=central_db)
+    a.sql("SELECT segment_attach('b', 'central')", dbname=a_db)
+    b.sql("CREATE SERVER central_b FOREIGN DATA WRAPPER postgres_fdw OPTIONS "
+          f"(host '{central.dir}', port '{central.port}', dbname '{central_db}', connect_timeout '2', "
+          f"options '{PINNED}')", dbname=b_db)
+    b.sql("CREATE USER MAPPING FOR CURRENT_USER SERVER central_b OPTIONS (user 'postgres')", dbname=b_db)
+    b.sql("SELECT segment_attach('b', 'central_b')", dbname=b_db)
+    drawn = draw_plain(b, b_db, "b", 2_000)
+    _wait_until_idle(b, b_db)
+    copy = _cold_copy_then_wal_it_lacks(central, central_db)
+    draw_plain(b, b_db, "orders", 20_000)
+    kept = central_max_id(central, central_db, "b")
+    while central_max_id(central, central_db, "b") <= kept:
+        drawn += draw_plain(a, a_db, "b", 5_000)
+    central.stop()
+    shutil.rmtree(central.data)
+    subprocess.run(["cp", "-a", copy, central.data], check=True)
+    central.start()
+
+    b.sql("DROP SERVER central CASCADE", dbname=b_db)
+    assert b.sql("SELECT count(*) FROM id_segment_remote WHERE biz_tag = 'orders'", dbname=b_db) == [(1,)]
+    error = _draw_until_error(b, b_db, drawn, n=100, tag="b")
+    assert isinstance(error, psycopg.errors.DataException), error
+    assert "its WAL position went back to" in str(error), error
+    assert_unique(drawn)
 
 
 def _cold_copy_then_wal_it_lacks(central, central_db):
