@@ -232,9 +232,10 @@ fn find_remote(
 /// postgres_fdw server `server_oid` at its last refills, as
 /// `fence::Candidate`s: the records (`id_segment_remote`, in `registry`)
 /// of each tag attached through that server, or registered under its
-/// name (they count whatever they say), and of every other attached tag
-/// (they count if they reached the same central cluster, database and
-/// table as now, whatever the address of the server they went through);
+/// name with its foreign table gone (they count whatever they say), and
+/// of every other attached tag (they count if they reached the same
+/// central cluster, whatever the address of the server they went
+/// through: `fence::relevant`);
 /// and the records kept at `segment_drop` (`id_segment_detached`, in
 /// `detached`) of the tags dropped from a server of that name or — for
 /// `segment_attach` — of the tag being attached (`attaching`), from
@@ -275,9 +276,10 @@ pub fn recorded_of_server(
     // server was dropped since (`fence::relevant` picks by the central
     // table those not of this server).
     let mut query = format!(
-        "SELECT {}, (ft.ftserver OPERATOR(pg_catalog.=) $1 OR r.server OPERATOR(pg_catalog.=) \
-                     (SELECT s.srvname FROM pg_catalog.pg_foreign_server s \
-                       WHERE s.oid OPERATOR(pg_catalog.=) $1)) IS TRUE \
+        "SELECT {}, (ft.ftserver OPERATOR(pg_catalog.=) $1 \
+                     OR (ft.ftserver IS NULL AND r.server OPERATOR(pg_catalog.=) \
+                         (SELECT s.srvname FROM pg_catalog.pg_foreign_server s \
+                           WHERE s.oid OPERATOR(pg_catalog.=) $1))) IS TRUE \
            FROM {registry} r \
            LEFT JOIN pg_catalog.pg_foreign_table ft ON ft.ftrelid OPERATOR(pg_catalog.=) r.foreign_table",
         columns("r"),

@@ -83,9 +83,13 @@ pub struct Recorded {
 /// made through the same postgres_fdw server (or, for a dropped tag,
 /// through a server of the same name, or the tag being attached itself)
 /// counts whatever it says; any other only if it reached the same
-/// cluster, database and table as the server reports now (through
-/// whichever server, at whichever address: a host spelt another way, a
-/// server dropped since, a libpq service file).
+/// cluster as the server reports now (through whichever server, at
+/// whichever address: a host spelt another way, a server dropped since, a
+/// libpq service file) — whole if it reached the same database and table,
+/// and for the cluster's timeline and WAL position only if it reached
+/// another database of it (the WAL is the cluster's: one database's
+/// record shows a copy of the whole cluster put back; each database has
+/// its own id_segment).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Candidate {
     pub record: Recorded,
@@ -97,13 +101,25 @@ pub struct Candidate {
 pub fn relevant(candidates: &[Candidate], now: CentralPosition) -> Vec<Recorded> {
     candidates
         .iter()
-        .filter(|c| {
-            c.of_this_server
-                || (c.record.position.system_identifier == now.system_identifier
-                    && c.record.position.table.is_some()
-                    && c.record.position.table == now.table)
+        .filter_map(|c| {
+            let record = c.record;
+            if c.of_this_server || record.position.table == now.table {
+                (c.of_this_server || record.position.system_identifier == now.system_identifier)
+                    .then_some(record)
+            } else if record.position.system_identifier == now.system_identifier {
+                // Another database (or table) of the same cluster: its
+                // timeline and WAL position only.
+                Some(Recorded {
+                    position: CentralPosition {
+                        table: None,
+                        ..record.position
+                    },
+                    ..record
+                })
+            } else {
+                None
+            }
         })
-        .map(|c| c.record)
         .collect()
 }
 
@@ -354,10 +370,33 @@ mod tests {
         let all = [mine, same_table, other_cluster, unknown_table];
         assert_eq!(
             relevant(&all, at(7, 1, 20)),
-            vec![mine.record, same_table.record]
+            vec![mine.record, same_table.record, unknown_table.record]
         );
         // Through this server, a record counts whatever the server is now.
         assert_eq!(relevant(&all, at(9, 1, 20)), vec![mine.record]);
+        // Another database of the same cluster: a record there shows the
+        // cluster's WAL went back, never "another table".
+        let other_database = CentralPosition {
+            table: Some(CentralTable {
+                database_oid: 99,
+                table_oid: 100,
+            }),
+            ..at(7, 1, 20)
+        };
+        let others = [same_table, other_cluster, unknown_table];
+        let picked = relevant(&others, other_database);
+        assert_eq!(picked.len(), 2);
+        assert_eq!(
+            refused(&picked, other_database, None),
+            Some(Moved::WalWentBack { was: 50, now: 20 })
+        );
+        let further = CentralPosition {
+            wal_lsn: 95,
+            ..other_database
+        };
+        assert_eq!(refused(&relevant(&others, further), further, None), None);
+        // Two clusters made apart have the same OIDs more often than not.
+        assert_eq!(relevant(&[other_cluster], at(7, 1, 20)), vec![]);
         // Another server's record of the same table shows a copy put back.
         assert_eq!(
             refused(&relevant(&all, at(7, 1, 20)), at(7, 1, 20), None),

@@ -847,6 +847,73 @@ def test_the_records_of_a_dropped_server_still_fence_another_server_of_the_same_
     assert_unique(drawn)
 
 
+def _add_server(shard, db, name, central, central_db):
+    """A second postgres_fdw server `name` on `shard` to `central_db`."""
+    shard.sql(f"CREATE SERVER {name} FOREIGN DATA WRAPPER postgres_fdw OPTIONS "
+              f"(host '{central.dir}', port '{central.port}', dbname '{central_db}', connect_timeout '2', "
+              f"options '{PINNED}')", dbname=db)
+    shard.sql(f"CREATE USER MAPPING FOR CURRENT_USER SERVER {name} OPTIONS (user 'postgres')", dbname=db)
+
+
+def test_a_cluster_with_two_central_databases_put_back_is_refused_for_both(make_cluster):
+    """One central cluster with two central databases: 'orders' in one,
+    'y' in the other. Shard 1 draws 'y' before a cold copy of the cluster
+    and 'orders' after it; shard 2 draws 'y' after it; the copy is put
+    back. Shard 1's 'orders' record shows the cluster's WAL went back, and
+    the WAL is the whole cluster's: 'y' is refused too (an attack drew
+    1,020 repeats of 'y' when only records of the same database counted)."""
+    central, central_db, [(s1, db1), (s2, db2)] = central_and_shards(make_cluster)
+    other_db = central.new_database()
+    central.sql("SELECT segment_create('y', step => 10)", dbname=other_db)
+    for shard, db in ((s1, db1), (s2, db2)):
+        _add_server(shard, db, "c2", central, other_db)
+        shard.sql("SELECT segment_attach('y', 'c2')", dbname=db)
+    drawn = draw_plain(s1, db1, "y", 2_000)
+    _wait_until_idle(s1, db1)
+    copy = _cold_copy_then_wal_it_lacks(central, central_db)
+    draw_plain(s1, db1, "orders", 20_000)
+    kept = central_max_id(central, other_db, "y")
+    while central_max_id(central, other_db, "y") <= kept:
+        drawn += draw_plain(s2, db2, "y", 5_000)
+    central.stop()
+    shutil.rmtree(central.data)
+    subprocess.run(["cp", "-a", copy, central.data], check=True)
+    central.start()
+
+    error = _draw_until_error(s1, db1, drawn, n=100, tag="y")
+    assert isinstance(error, psycopg.errors.DataException), error
+    assert 'central server "c2" is not where this server left it for segment tag "y"' in str(error), error
+    assert "its WAL position went back to" in str(error), error
+    assert_unique(drawn)
+
+
+def test_a_server_name_reused_for_another_central_server_is_not_taken_for_the_old_one(make_cluster):
+    """The DBA renames server 'central' (and its foreign tables) to
+    'p_old' and makes a new 'central' for another central cluster. The
+    tag still attached through 'p_old' keeps its registered name
+    'central', but its records are not the new server's: both go on, with
+    no refusal (before, each refill from the old server renewed a record
+    that refused the new one, and no accept lasted)."""
+    central, central_db, [(shard, db)] = central_and_shards(make_cluster, shards=1)
+    drawn = {"orders": draw_plain(shard, db, "orders", 2_000), "z": []}
+    other = make_cluster()
+    other.start()
+    other_db = other.new_database()
+    other.sql("SELECT segment_create('z', step => 10)", dbname=other_db)
+    shard.sql("ALTER SERVER central RENAME TO p_old", dbname=db)
+    for (relname,) in shard.sql("SELECT c.relname FROM pg_class c JOIN pg_foreign_table ft "
+                                "ON ft.ftrelid = c.oid", dbname=db):
+        shard.sql(f'ALTER FOREIGN TABLE "{relname}" RENAME TO "{relname.replace("@central", "@p_old")}"',
+                  dbname=db)
+    _add_server(shard, db, "central", other, other_db)
+    shard.sql("SELECT segment_attach('z', 'central')", dbname=db)
+    for _ in range(3):
+        for tag in drawn:
+            drawn[tag] += draw_plain(shard, db, tag, 3_000)
+    for ids in drawn.values():
+        assert_unique(ids)
+
+
 def _cold_copy_then_wal_it_lacks(central, central_db):
     """A cold copy of the central server's data directory (returns its
     path), then WAL the copy will not have: put back, the copy stays
