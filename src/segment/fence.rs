@@ -86,8 +86,8 @@ pub struct Recorded {
 /// cluster as the server reports now (through whichever server, at
 /// whichever address: a host spelt another way, a server dropped since, a
 /// libpq service file) — whole if it reached the same database and table,
-/// and for the cluster's timeline and WAL position only if it reached
-/// another database of it (the WAL is the cluster's: one database's
+/// and for the cluster's WAL position only if it reached another database
+/// of it on the same timeline (the WAL is the cluster's: one database's
 /// record shows a copy of the whole cluster put back; each database has
 /// its own id_segment).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -106,9 +106,13 @@ pub fn relevant(candidates: &[Candidate], now: CentralPosition) -> Vec<Recorded>
             if c.of_this_server || record.position.table == now.table {
                 (c.of_this_server || record.position.system_identifier == now.system_identifier)
                     .then_some(record)
-            } else if record.position.system_identifier == now.system_identifier {
-                // Another database (or table) of the same cluster: its
-                // timeline and WAL position only.
+            } else if record.position.system_identifier == now.system_identifier
+                && record.position.timeline == now.timeline
+            {
+                // Another database (or table) of the same cluster, on the
+                // same timeline: its WAL position only. (On another
+                // timeline it may be a cluster split by promoting a copy,
+                // each side serving its own databases: not a move.)
                 Some(Recorded {
                     position: CentralPosition {
                         table: None,
@@ -395,6 +399,13 @@ mod tests {
             ..other_database
         };
         assert_eq!(refused(&relevant(&others, further), further, None), None);
+        // A copy promoted apart (same system identifier, another
+        // timeline), each side serving its own databases: not a move.
+        let split = CentralPosition {
+            timeline: 2,
+            ..other_database
+        };
+        assert_eq!(refused(&relevant(&others, split), split, None), None);
         // Two clusters made apart have the same OIDs more often than not.
         assert_eq!(relevant(&[other_cluster], at(7, 1, 20)), vec![]);
         // Another server's record of the same table shows a copy put back.
