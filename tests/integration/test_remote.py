@@ -563,10 +563,7 @@ def test_a_central_server_restored_from_a_cold_copy_is_refused_until_raised_as_d
     for shard, db in shards:
         drawn += draw_plain(shard, db, "orders", 20_000)
     restored_at = central_max_id(central, central_db)
-    central.stop()
-    shutil.rmtree(central.data)
-    subprocess.run(["cp", "-a", copy, central.data], check=True)
-    central.start()
+    _put_back(central, copy)
     assert central_max_id(central, central_db) < restored_at
 
     marks = []
@@ -622,10 +619,7 @@ def test_a_shard_that_sees_the_central_server_went_back_on_one_tag_refuses_every
     copy = _cold_copy_then_wal_it_lacks(central, central_db)
     drawn["orders"] += draw_plain(s1, db1, "orders", 20_000)
     drawn["b"] += draw_plain(s2, db2, "b", 20_000)
-    central.stop()
-    shutil.rmtree(central.data)
-    subprocess.run(["cp", "-a", copy, central.data], check=True)
-    central.start()
+    _put_back(central, copy)
 
     error = _draw_until_error(s1, db1, drawn["orders"])
     assert isinstance(error, psycopg.errors.DataException), error
@@ -653,10 +647,7 @@ def test_a_shard_that_sees_the_central_server_went_back_on_one_tag_refuses_every
     (mark,), = s1.sql("SELECT max(max_id_seen) FROM id_segment_detached WHERE biz_tag = 'orders'",
                       dbname=db1)
     other.sql("SELECT segment_create('orders', start => %s, step => 10)", (mark + 1,), dbname=other_db)
-    s1.sql("CREATE SERVER elsewhere FOREIGN DATA WRAPPER postgres_fdw OPTIONS "
-           f"(host '{other.dir}', port '{other.port}', dbname '{other_db}', connect_timeout '2', "
-           f"options '{PINNED}')", dbname=db1)
-    s1.sql("CREATE USER MAPPING FOR CURRENT_USER SERVER elsewhere OPTIONS (user 'postgres')", dbname=db1)
+    _add_server(s1, db1, "elsewhere", other, other_db)
     with pytest.raises(psycopg.errors.DataException) as refused:
         s1.sql("SELECT segment_attach('orders', 'elsewhere')", dbname=db1)
     assert "it is another cluster now" in str(refused.value), refused.value
@@ -706,10 +697,7 @@ def test_another_server_name_for_the_same_central_server_gets_no_ID_past_the_fen
     central, central_db, [(a, a_db), (b, b_db)] = central_and_shards(make_cluster)
     central.sql("SELECT segment_create('b', step => 10)", dbname=central_db)
     a.sql("SELECT segment_attach('b', 'central')", dbname=a_db)
-    b.sql("CREATE SERVER central_b FOREIGN DATA WRAPPER postgres_fdw OPTIONS "
-          f"(host '{central.dir}', port '{central.port}', dbname '{central_db}', connect_timeout '2', "
-          f"options '{PINNED}')", dbname=b_db)
-    b.sql("CREATE USER MAPPING FOR CURRENT_USER SERVER central_b OPTIONS (user 'postgres')", dbname=b_db)
+    _add_server(b, b_db, "central_b", central, central_db)
     b.sql("SELECT segment_attach('b', 'central_b')", dbname=b_db)
     drawn = {"orders": draw_plain(b, b_db, "orders", 2_000), "b": draw_plain(b, b_db, "b", 2_000)}
     _wait_until_idle(b, b_db)
@@ -729,10 +717,7 @@ def test_another_server_name_for_the_same_central_server_gets_no_ID_past_the_fen
             drawn[tag] += draw_plain(shard, db, tag, 5_000)
     lost_up_to = central_max_id(central, central_db, "b")
     if how == "cold copy":
-        central.stop()
-        shutil.rmtree(central.data)
-        subprocess.run(["cp", "-a", copy, central.data], check=True)
-        central.start()
+        _put_back(central, copy)
         moved = "its WAL position went back to"
     else:
         central.sql(f"DROP DATABASE {central_db} WITH (FORCE)")
@@ -799,10 +784,7 @@ def test_a_copy_of_the_central_server_used_as_a_second_one_is_refused_not_truste
     # The second one's WAL well ahead of the first's.
     second.sql("CREATE TABLE wal_ahead AS SELECT g, repeat('x', 100) AS filler "
                "FROM generate_series(1, 200000) g", dbname=central_db)
-    shard.sql("CREATE SERVER second FOREIGN DATA WRAPPER postgres_fdw OPTIONS "
-              f"(host '{second.dir}', port '{second.port}', dbname '{central_db}', connect_timeout '2', "
-              f"options '{PINNED}')", dbname=db)
-    shard.sql("CREATE USER MAPPING FOR CURRENT_USER SERVER second OPTIONS (user 'postgres')", dbname=db)
+    _add_server(shard, db, "second", second, central_db)
     shard.sql("SELECT segment_attach('b', 'second')", dbname=db)
     drawn["b"] += draw_plain(shard, db, "b", 3_000)
     _refused_as_moved(_draw_until_error(shard, db, drawn["orders"]), "its WAL position went back to")
@@ -822,10 +804,7 @@ def test_the_records_of_a_dropped_server_still_fence_another_server_of_the_same_
     central, central_db, [(a, a_db), (b, b_db)] = central_and_shards(make_cluster)
     central.sql("SELECT segment_create('b', step => 10)", dbname=central_db)
     a.sql("SELECT segment_attach('b', 'central')", dbname=a_db)
-    b.sql("CREATE SERVER central_b FOREIGN DATA WRAPPER postgres_fdw OPTIONS "
-          f"(host '{central.dir}', port '{central.port}', dbname '{central_db}', connect_timeout '2', "
-          f"options '{PINNED}')", dbname=b_db)
-    b.sql("CREATE USER MAPPING FOR CURRENT_USER SERVER central_b OPTIONS (user 'postgres')", dbname=b_db)
+    _add_server(b, b_db, "central_b", central, central_db)
     b.sql("SELECT segment_attach('b', 'central_b')", dbname=b_db)
     drawn = draw_plain(b, b_db, "b", 2_000)
     _wait_until_idle(b, b_db)
@@ -834,10 +813,7 @@ def test_the_records_of_a_dropped_server_still_fence_another_server_of_the_same_
     kept = central_max_id(central, central_db, "b")
     while central_max_id(central, central_db, "b") <= kept:
         drawn += draw_plain(a, a_db, "b", 5_000)
-    central.stop()
-    shutil.rmtree(central.data)
-    subprocess.run(["cp", "-a", copy, central.data], check=True)
-    central.start()
+    _put_back(central, copy)
 
     b.sql("DROP SERVER central CASCADE", dbname=b_db)
     assert b.sql("SELECT count(*) FROM id_segment_remote WHERE biz_tag = 'orders'", dbname=b_db) == [(1,)]
@@ -875,10 +851,7 @@ def test_a_cluster_with_two_central_databases_put_back_is_refused_for_both(make_
     kept = central_max_id(central, other_db, "y")
     while central_max_id(central, other_db, "y") <= kept:
         drawn += draw_plain(s2, db2, "y", 5_000)
-    central.stop()
-    shutil.rmtree(central.data)
-    subprocess.run(["cp", "-a", copy, central.data], check=True)
-    central.start()
+    _put_back(central, copy)
 
     error = _draw_until_error(s1, db1, drawn, n=100, tag="y")
     assert isinstance(error, psycopg.errors.DataException), error
@@ -928,6 +901,15 @@ def _cold_copy_then_wal_it_lacks(central, central_db):
                 "SELECT g, repeat('x', 100) AS filler FROM generate_series(1, 200000) g",
                 dbname=central_db)
     return copy
+
+
+def _put_back(central, copy):
+    """Puts the cold copy `copy` back as the central server's data
+    directory, and starts it."""
+    central.stop()
+    shutil.rmtree(central.data)
+    subprocess.run(["cp", "-a", copy, central.data], check=True)
+    central.start()
 
 
 def _refused_as_moved(error, what):
