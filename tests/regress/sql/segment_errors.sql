@@ -253,6 +253,14 @@ DROP TABLE "central.taken@loop";
 SELECT segment_drop('far');
 SELECT segment_nextval('far');
 \echo :LAST_ERROR_SQLSTATE
+-- Dropped, its record kept (id_segment_detached): attached again while
+-- the central server is on yet another timeline, with no accept since,
+-- it is refused, naming the move and the recovery.
+CREATE OR REPLACE VIEW central.id_segment_origin AS
+  SELECT system_identifier, timeline + 2 AS timeline, wal_lsn, clock, NULL::timestamptz AS accepted_at,
+         accepted_system_identifier, accepted_timeline, database_oid, table_oid FROM id_segment_origin;
+SELECT segment_attach('far', 'loop', remote_schema => 'central');
+\echo :LAST_ERROR_SQLSTATE
 DROP USER MAPPING FOR CURRENT_USER SERVER loop;
 DROP SERVER loop, no_timeout CASCADE;
 DROP SERVER elsewhere;
