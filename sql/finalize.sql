@@ -10,6 +10,13 @@ REVOKE ALL ON FUNCTION segment_drop(text, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION segment_setval(text, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION segment_attach(text, text, text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION segment_reserve(text, int) FROM PUBLIC;
+-- Snowflake IDs come from one generator per cluster with a fixed rate
+-- (4,096 IDs per ms by default, 256 for the JavaScript-safe one): as
+-- nextval() on a sequence, drawing needs a grant, so that a role nobody
+-- gave it cannot hold the generator at its lead and make others wait
+-- (GRANT EXECUTE ON FUNCTION snowflake_nextval() TO app).
+REVOKE ALL ON FUNCTION snowflake_nextval() FROM PUBLIC;
+REVOKE ALL ON FUNCTION snowflake_js_nextval() FROM PUBLIC;
 
 -- source: where the tag's ranges come from, 'local' or the postgres_fdw
 -- server (known for the tags of the database the view is read in).
@@ -230,6 +237,8 @@ EXCEPTION WHEN OTHERS THEN
 END
 $$;
 REVOKE ALL ON FUNCTION segment_defaults_event() FROM PUBLIC;
+-- Only the event trigger's function (SECURITY DEFINER) calls it.
+REVOKE ALL ON FUNCTION segment_defaults_check(oid) FROM PUBLIC;
 CREATE EVENT TRIGGER pg_idgen_segment_defaults ON ddl_command_end
     WHEN TAG IN ('CREATE TABLE', 'ALTER TABLE')
     EXECUTE FUNCTION segment_defaults_event();

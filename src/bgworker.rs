@@ -1,10 +1,23 @@
 //! What every background worker of the extension shares: its start (the
-//! signal handlers), re-reading the configuration on SIGHUP, waiting on
-//! its latch, and running a piece of work in a transaction of its own
-//! under a timeout the caller names, turning any ERROR into a
-//! `StoredError` for the worker to log, store or retry. The refill worker,
-//! the snowflake keeper and the lease keeper each pass their own setting;
-//! nothing here reads one.
+//! signal handlers, the connection to its database with the search path
+//! pinned), re-reading the configuration on SIGHUP, waiting on its latch,
+//! and running a piece of work in a transaction of its own under a
+//! timeout the caller names, turning any ERROR into a `StoredError` for
+//! the worker to log, store or retry. The refill worker, the snowflake
+//! keeper and the lease keeper each pass their own setting; nothing here
+//! reads one.
+//!
+//! # Privileges
+//!
+//! A worker runs as the bootstrap superuser. Every statement it runs
+//! resolves names with `search_path = pg_catalog, pg_temp` (`connect`
+//! pins it for the worker's whole life, above `ALTER DATABASE` and
+//! `ALTER ROLE` settings), names every object of the extension by its
+//! schema, and touches a table only as that table's owner inside a
+//! security-restricted operation (`catalog::as_owner`): no schema,
+//! function, operator or view a user creates is ever found by a worker's
+//! statement, and nothing a table's triggers run has more rights than its
+//! owner.
 //!
 //! # Never stuck on a dead network
 //!
@@ -137,6 +150,46 @@ fn socket_option(fd: libc::c_int, option: libc::c_int) -> Option<libc::c_int> {
         )
     };
     (done == 0).then_some(value)
+}
+
+/// The search path of every worker statement: PostgreSQL's own catalog,
+/// then the worker's own temporary schema (which no other session can
+/// write), as `RestrictSearchPath` gives maintenance commands.
+const PINNED_SEARCH_PATH: &std::ffi::CStr = c"pg_catalog, pg_temp";
+
+/// Connects the worker to database `name` (by name) or `oid` and pins
+/// its search path (`PINNED_SEARCH_PATH`) for the rest of its life, as an
+/// override no later setting of lower priority changes.
+pub fn connect(database: Database<'_>) {
+    match database {
+        Database::Name(name) => BackgroundWorker::connect_worker_to_spi(Some(name), None),
+        // SAFETY: a registered background worker that asked for a
+        // database connection; BYPASS_ALLOWCONN lets it serve the sessions
+        // still connected to a database with ALLOW_CONNECTIONS false.
+        Database::Oid(oid) => unsafe {
+            pg_sys::BackgroundWorkerInitializeConnectionByOid(
+                pg_sys::Oid::from(oid),
+                pg_sys::InvalidOid,
+                pg_sys::BGWORKER_BYPASS_ALLOWCONN,
+            )
+        },
+    }
+    // SAFETY: connected, outside any transaction; search_path's check
+    // only splits the list, so it needs no catalog access.
+    unsafe {
+        pg_sys::SetConfigOption(
+            c"search_path".as_ptr(),
+            PINNED_SEARCH_PATH.as_ptr(),
+            pg_sys::GucContext::PGC_SUSET,
+            pg_sys::GucSource::PGC_S_OVERRIDE,
+        )
+    };
+}
+
+/// Which database a worker connects to.
+pub enum Database<'a> {
+    Name(&'a str),
+    Oid(u32),
 }
 
 /// Whether SIGTERM came: the worker should leave.

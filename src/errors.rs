@@ -15,6 +15,22 @@ use crate::snowflake::backup_copy::BACKUP_LABEL_OLD;
 use crate::snowflake::lease::CLOCK_VIEW_SQL;
 use crate::snowflake::state_file::STATE_FILE;
 
+/// Why the lease keeper refuses a relation a setting names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaseTableProblem {
+    /// The setting is not `schema.name`.
+    NotQualified,
+    /// Not a foreign table: `kind` as a user reads it ("table", "view").
+    NotForeign {
+        relation: String,
+        kind: String,
+        owner: String,
+    },
+    /// A foreign table whose owner is neither a superuser nor the
+    /// extension's owner.
+    UntrustedOwner { relation: String, owner: String },
+}
+
 /// The longest tag a slot (and `id_segment.biz_tag`, `varchar(64)`) holds.
 pub const TAG_MAX_BYTES: usize = 64;
 
@@ -75,6 +91,14 @@ pub enum IdgenError {
     },
     TooManyTags {
         max_tags: i32,
+        /// The databases holding slots and how many, most first.
+        holders: Vec<(String, usize)>,
+    },
+    /// The database holds its quota of slots (`pg_idgen.max_tags_per_database`).
+    TagQuotaReached {
+        tag: String,
+        database: String,
+        held: usize,
     },
     WorkerNotStarted {
         database: String,
@@ -121,6 +145,13 @@ pub enum IdgenError {
     /// its claim's or renewal's transaction, which it rolls back).
     LeaseCentralClock {
         problem: String,
+    },
+    /// The lease keeper refuses the relation a setting names
+    /// (`pg_idgen.lease_table`, `pg_idgen.lease_clock_table`).
+    LeaseTableRefused {
+        setting: &'static str,
+        value: String,
+        why: LeaseTableProblem,
     },
     /// Snowflake time reached the ceiling of the lease.
     SnowflakeLeaseCeiling {
@@ -636,6 +667,7 @@ impl IdgenError {
             IdgenError::ReadOnly { .. } => ERRCODE_READ_ONLY_SQL_TRANSACTION,
             IdgenError::DuringRecovery { .. } => ERRCODE_READ_ONLY_SQL_TRANSACTION,
             IdgenError::TooManyTags { .. } => ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
+            IdgenError::TagQuotaReached { .. } => ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
             IdgenError::WorkerNotStarted { .. } => ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
             IdgenError::RefillTimeout { .. } => ERRCODE_LOCK_NOT_AVAILABLE,
             IdgenError::BadSetting { .. } => ERRCODE_INVALID_PARAMETER_VALUE,
@@ -650,6 +682,11 @@ impl IdgenError {
             IdgenError::SnowflakeNoLease { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             IdgenError::SnowflakeLeaseCeiling { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             IdgenError::LeaseCentralClock { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            IdgenError::LeaseTableRefused { why, .. } => match why {
+                LeaseTableProblem::NotQualified => ERRCODE_INVALID_PARAMETER_VALUE,
+                LeaseTableProblem::NotForeign { .. } => ERRCODE_WRONG_OBJECT_TYPE,
+                LeaseTableProblem::UntrustedOwner { .. } => ERRCODE_INSUFFICIENT_PRIVILEGE,
+            },
             IdgenError::SnowflakeKeeperNotRegistered { .. } => ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
             IdgenError::SnowflakeStateFile { io: true, .. } => ERRCODE_IO_ERROR,
             IdgenError::SnowflakeStateFile { io: false, .. } => ERRCODE_DATA_CORRUPTED,
@@ -781,9 +818,17 @@ impl IdgenError {
                 format!("cannot execute {function} in a read-only transaction")
             }
             IdgenError::DuringRecovery { function } => format!("cannot execute {function} during recovery"),
-            IdgenError::TooManyTags { max_tags } => {
-                format!("too many segment tags in use: shared memory holds pg_idgen.max_tags = {max_tags}")
-            }
+            IdgenError::TooManyTags { max_tags, holders } => format!(
+                "too many segment tags in use: shared memory holds pg_idgen.max_tags = {max_tags}, all drawn from in the last minute ({})",
+                holders
+                    .iter()
+                    .map(|(db, n)| format!("database \"{db}\": {n}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            IdgenError::TagQuotaReached { tag, database, held } => format!(
+                "segment tag \"{tag}\" gets no slot in shared memory: database \"{database}\" holds {held}, its share (pg_idgen.max_tags_per_database), each drawn from in the last minute"
+            ),
             IdgenError::WorkerNotStarted { database } => {
                 format!("could not start the pg_idgen refill worker for database \"{database}\"")
             }
@@ -809,6 +854,17 @@ impl IdgenError {
                 "this server holds no snowflake machine id lease (waited {waited_ms} ms): {why}"
             ),
             IdgenError::LeaseCentralClock { problem } => problem.clone(),
+            IdgenError::LeaseTableRefused { setting, value, why } => match why {
+                LeaseTableProblem::NotQualified => format!(
+                    "{setting} \"{value}\" is not a schema-qualified name: the lease keeper never looks a table up on a search path, where a role with CREATE on a schema could put a relation of its own first"
+                ),
+                LeaseTableProblem::NotForeign { relation, kind, owner } => format!(
+                    "{setting} \"{value}\" is {kind} {relation} owned by role \"{owner}\", not a foreign table: the lease keeper reads and writes only a foreign table over the central server's, and leaves this one alone"
+                ),
+                LeaseTableProblem::UntrustedOwner { relation, owner } => format!(
+                    "{setting} \"{value}\" is foreign table {relation} owned by role \"{owner}\", which is neither a superuser nor the owner of pg_idgen: the lease keeper runs its statements as the table's owner and leaves it alone"
+                ),
+            },
             IdgenError::SnowflakeLeaseCeiling { waited_ms, why } => format!(
                 "snowflake time reached the ceiling of this server's machine id lease (waited {waited_ms} ms for a renewal){}",
                 why.as_ref().map_or(String::new(), |why| format!(": {why}"))
@@ -1029,7 +1085,8 @@ impl IdgenError {
             IdgenError::DuringRecovery { .. } => {
                 "IDs can only be handed out on the primary server; connect to it instead.".into()
             }
-            IdgenError::TooManyTags { .. } => "Raise pg_idgen.max_tags in postgresql.conf and restart the server, or remove unused tags with segment_drop().".into(),
+            IdgenError::TooManyTags { .. } => "Raise pg_idgen.max_tags in postgresql.conf and restart the server, remove unused tags with segment_drop(), or try again once a tag has gone a minute undrawn (its slot is then given to a new tag).".into(),
+            IdgenError::TagQuotaReached { .. } => "Raise pg_idgen.max_tags_per_database (a reload) or pg_idgen.max_tags (a restart) in postgresql.conf, remove unused tags of this database with segment_drop(), or try again once one of its tags has gone a minute undrawn.".into(),
             IdgenError::WorkerNotStarted { .. } => {
                 "Raise max_worker_processes in postgresql.conf and restart the server: pg_idgen takes one worker (its snowflake keeper; two with leases) and, while busy, one refill worker per database that draws segment IDs and one per central server those databases attach tags to, beside parallel query and other extensions.".into()
             }
@@ -1043,6 +1100,18 @@ impl IdgenError {
             IdgenError::SnowflakeStateNotWritten { .. } => "Free space, or fix the permissions, in the data directory; snowflake IDs resume as soon as the keeper can write the file (the server log has its WARNING).".into(),
             IdgenError::SnowflakeNoLease { .. } => "pg_idgen.machine_id = 'lease': the lease keeper takes a machine id from pg_idgen.lease_table (in pg_idgen.lease_database) and renews it; the message says why it holds none (also in snowflake_status.lease_problem and the server log, \"pg_idgen lease keeper\"), and how to mend it.".into(),
             IdgenError::LeaseCentralClock { .. } => format!("Create on the central server, beside the lease table, {CLOCK_VIEW_SQL}; and keep its clock and every leasing server's right (NTP)."),
+            IdgenError::LeaseTableRefused { setting, why, .. } => match why {
+                LeaseTableProblem::NotQualified => format!(
+                    "Set {setting} to the schema and name of the foreign table (its default is 'public.{}') in postgresql.conf, and restart the server.",
+                    if *setting == "pg_idgen.lease_table" { "idgen_machine_lease" } else { "idgen_lease_clock" }
+                ),
+                LeaseTableProblem::NotForeign { .. } => format!(
+                    "Create the foreign table over the central server's as the many-servers guide shows, under a name nothing else uses, and set {setting} to it; a relation nobody here created may be an attempt to run code as the lease keeper: look at it, then drop it."
+                ),
+                LeaseTableProblem::UntrustedOwner { relation, .. } => format!(
+                    "If a superuser created it for the lease keeper, make one its owner: ALTER FOREIGN TABLE {relation} OWNER TO CURRENT_USER; (run as that superuser). Otherwise it may be an attempt to run code as the lease keeper: look at it, then drop it."
+                ),
+            },
             IdgenError::SnowflakeLeaseCeiling { .. } => "The lease keeper raises the ceiling at each renewal; if renewals fail (see the server log), IDs stop until they succeed again.".into(),
             IdgenError::SnowflakeMarkNotLogged { .. } => "pg_idgen commits the snowflake high-water mark in the table snowflake_high_water of pg_idgen.snowflake_database before it issues IDs up to it, so that standbys, restores and pg_upgrade continue above every ID. Install pg_idgen there (CREATE EXTENSION pg_idgen, or ALTER EXTENSION pg_idgen UPDATE after updating the library), or set pg_idgen.snowflake_database to a database that has it and restart.".into(),
             IdgenError::SnowflakeKeeperSlow { .. } => "The disk is slow to fsync. Raise pg_idgen.snowflake_persist_ahead so the keeper writes earlier, or pg_idgen.snowflake_max_wait.".into(),

@@ -12,6 +12,8 @@ use std::ffi::CString;
 pub static MAX_TAGS: GucSetting<i32> = GucSetting::<i32>::new(1024);
 
 /// How long a call waits for a refill before it fails, in milliseconds.
+/// -1: half of `pg_idgen.max_tags` (`slot_share::quota`).
+pub static MAX_TAGS_PER_DATABASE: GucSetting<i32> = GucSetting::<i32>::new(-1);
 pub static REFILL_TIMEOUT_MS: GucSetting<i32> = GucSetting::<i32>::new(10_000);
 
 /// Share of a range used before the next one is fetched, in percent.
@@ -51,11 +53,21 @@ pub fn register(hooks: &CheckHooks) {
     GucRegistry::define_int_guc(
         c"pg_idgen.max_tags",
         c"Maximum number of (database, segment tag) pairs of the whole cluster kept in shared memory.",
-        c"Each (database, tag) pair that segment_nextval() has used holds one slot of about 2.7 kB of shared memory until segment_drop() or a restart.",
+        c"Each (database, tag) pair that segment_nextval() has used holds one slot of about 2.7 kB of shared memory until segment_drop(), a restart, or a new tag takes the slot of a tag idle for a minute (see pg_idgen.max_tags_per_database).",
         &MAX_TAGS,
         16,
         1_000_000,
         GucContext::Postmaster,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"pg_idgen.max_tags_per_database",
+        c"Maximum number of pg_idgen.max_tags slots one database may hold; -1 or 0: half of pg_idgen.max_tags.",
+        c"So that one database cannot take the slots the others need. At its quota a new tag of the database takes the slot of one of its own tags no session drew from for a minute, or is refused; below it, a new tag may take the slot of any database's tag idle that long.",
+        &MAX_TAGS_PER_DATABASE,
+        -1,
+        1_000_000,
+        GucContext::Sighup,
         GucFlags::default(),
     );
     GucRegistry::define_int_guc(
@@ -174,9 +186,9 @@ pub static SNOWFLAKE_DATABASE: GucSetting<Option<CString>> =
 pub static LEASE_DATABASE: GucSetting<Option<CString>> =
     GucSetting::<Option<CString>>::new(Some(c"postgres"));
 pub static LEASE_TABLE: GucSetting<Option<CString>> =
-    GucSetting::<Option<CString>>::new(Some(c"idgen_machine_lease"));
+    GucSetting::<Option<CString>>::new(Some(c"public.idgen_machine_lease"));
 pub static LEASE_CLOCK_TABLE: GucSetting<Option<CString>> =
-    GucSetting::<Option<CString>>::new(Some(c"idgen_lease_clock"));
+    GucSetting::<Option<CString>>::new(Some(c"public.idgen_lease_clock"));
 pub static LEASE_HOLDER: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
 pub static LEASE_DURATION_MS: GucSetting<i32> = GucSetting::<i32>::new(20_000);
 pub static LEASE_MARGIN_MS: GucSetting<i32> = GucSetting::<i32>::new(1_000);
@@ -193,7 +205,7 @@ pub fn register_snowflake(hooks: &CheckHooks) {
     GucRegistry::define_string_guc(
         c"pg_idgen.lease_database",
         c"With pg_idgen.machine_id = 'lease': the database whose foreign table pg_idgen.lease_table reaches the central lease table.",
-        c"The lease keeper connects to it as the bootstrap superuser, whose postgres_fdw user mapping it uses.",
+        c"The lease keeper connects to it and reads and writes the two foreign tables as their owner, a superuser or the owner of pg_idgen, whose postgres_fdw user mapping is used.",
         &LEASE_DATABASE,
         GucContext::Postmaster,
         GucFlags::default(),
@@ -201,7 +213,7 @@ pub fn register_snowflake(hooks: &CheckHooks) {
     GucRegistry::define_string_guc(
         c"pg_idgen.lease_table",
         c"With pg_idgen.machine_id = 'lease': the foreign table (in pg_idgen.lease_database) over the central idgen_machine_lease table.",
-        c"A schema-qualified name or a name on the search_path of that database.",
+        c"A schema-qualified name (schema.table), never looked up on a search path; a relation that is not a foreign table owned by a superuser or the owner of pg_idgen is refused.",
         &LEASE_TABLE,
         GucContext::Postmaster,
         GucFlags::default(),

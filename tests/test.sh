@@ -51,6 +51,7 @@ CORE_TESTS=(
     tests/integration/test_examples.py
     tests/integration/test_remote.py::test_shards_and_a_classic_version_cas_client_never_share_an_id
     tests/integration/test_lease.py::test_three_servers_starting_at_once_get_three_machine_ids
+    tests/integration/test_security.py
     "tests/integration/test_failover.py::test_a_promoted_standby_continues_above_every_replicated_id[right]"
     tests/integration/test_pg_upgrade.py
 )

@@ -432,6 +432,12 @@ impl RangeChain {
         top
     }
 
+    /// Tickets spent so far: moves whenever anyone takes (or tries to),
+    /// so two readings that agree mean nobody took in between.
+    pub fn tickets_spent(&self) -> u64 {
+        self.tickets.load(Ordering::Relaxed)
+    }
+
     /// A snapshot for monitoring and the refill policy: `published` and the
     /// ranges are read before the ticket counter, so the current range is
     /// always one the ticket count has reached (or the last one, used up).

@@ -386,8 +386,7 @@ pub fn take_range(
 ) -> Result<Result<Granted, RefillProblem>, pgrx::spi::Error> {
     Spi::connect_mut(|client| {
         client.update(
-            "SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true), \
-                    pg_catalog.set_config('synchronous_commit', 'on', true), \
+            "SELECT pg_catalog.set_config('synchronous_commit', 'on', true), \
                     pg_catalog.set_config('lock_timeout', $1, true)",
             None,
             &[format!("{ROW_LOCK_WAIT_MS}ms").into()],
@@ -662,8 +661,7 @@ pub fn record_position(
 pub fn give_back(tag: &str, back: &GiveBack) -> Result<bool, pgrx::spi::Error> {
     Spi::connect_mut(|client| {
         client.update(
-            "SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true), \
-                    pg_catalog.set_config('synchronous_commit', 'on', true), \
+            "SELECT pg_catalog.set_config('synchronous_commit', 'on', true), \
                     pg_catalog.set_config('lock_timeout', $1, true), \
                     pg_catalog.set_config('pg_idgen.allow_max_id_decrease', 'on', true)",
             None,

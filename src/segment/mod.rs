@@ -6,6 +6,7 @@
 //! * `policy`: when to refill, where the prefetch mark sits, what range a
 //!   row grants.
 //! * `fence`: whether a central server is still where a shard left it.
+//! * `slot_share`: which slot a new tag gets: the databases' fair share.
 //! * `default_expr`: the constant tags a column default passes to
 //!   `segment_nextval`.
 //!
@@ -37,6 +38,7 @@ pub mod guard;
 pub mod lifecycle;
 pub mod policy;
 pub mod registry;
+pub mod slot_share;
 pub mod sql;
 pub mod status;
 pub mod tag;

@@ -31,6 +31,7 @@
 //! receives a range taken for its previous owner.
 
 use super::chain::{ChainStatus, PublishError, RangeChain};
+use super::slot_share::{self, Choice, SlotFacts};
 use crate::errors::{IdgenError, StoredError, TAG_MAX_BYTES};
 use pgrx::pg_sys;
 use std::cell::UnsafeCell;
@@ -117,6 +118,11 @@ pub struct Slot {
     row_version: AtomicI64,
     row_xmin: AtomicU32,
     pub stats: SlotStats,
+    /// The chain's `tickets_spent` when the registry last looked, and when
+    /// it last saw them move (ms, `now_ms`): how long the tag is idle
+    /// (`slot_share`). Written under the exclusive lock.
+    seen_tickets: AtomicU64,
+    seen_moving_at_ms: AtomicI64,
     /// Bumped after each failed refill, once `error` holds its text.
     pub error_seq: AtomicU64,
     error: UnsafeCell<ErrorText>,
@@ -284,9 +290,23 @@ pub struct SlotIdentity {
 }
 
 pub enum Lookup {
-    Found { index: usize, generation: u64 },
+    Found {
+        index: usize,
+        generation: u64,
+    },
+    /// The database holds `held` slots, its quota, none of them idle.
+    QuotaReached {
+        held: usize,
+    },
+    /// Every slot holds a tag drawn from lately.
     Full,
 }
+
+/// How long a tag must go undrawn before a new tag may take its slot
+/// (`slot_share`): a minute, long enough that a tag drawn now and then
+/// keeps its cached IDs, short enough that a tag of a finished job frees
+/// its slot soon.
+pub const EVICT_IDLE_MS: i64 = 60_000;
 
 impl Registry {
     pub fn max_tags(&self) -> usize {
@@ -336,8 +356,10 @@ impl Registry {
         Some((index, self.slot(index).generation.load(Ordering::Acquire)))
     }
 
-    /// The slot of `(database, tag)`, assigned now if it has none.
-    pub fn lookup_or_assign(&self, database: u32, tag: &[u8]) -> Lookup {
+    /// The slot of `(database, tag)`, assigned now if it has none: a free
+    /// slot, or one `slot_share::choose` lets the tag take, for a database
+    /// that may hold `quota` slots.
+    pub fn lookup_or_assign(&self, database: u32, tag: &[u8], quota: usize) -> Lookup {
         assert!(tag.len() <= TAG_MAX_BYTES);
         {
             let _shared = self.lock(false);
@@ -346,24 +368,26 @@ impl Registry {
                 return Lookup::Found { index, generation };
             }
         }
-        let _exclusive = self.lock(true);
+        let exclusive = self.lock(true);
         if let Some(index) = self.find_locked(database, tag) {
             let generation = self.slot(index).generation.load(Ordering::Acquire);
             return Lookup::Found { index, generation };
         }
-        // A free slot, or else one whose tag never got a range because its
-        // refill failed (a mistyped tag): it holds nothing worth keeping.
-        let never_served = |slot: &Slot| {
-            slot.stats.refills.load(Ordering::Relaxed) == 0
-                && slot.error_seq.load(Ordering::Relaxed) > 0
-        };
-        let reusable = self
+        let now = now_ms();
+        let facts: Vec<SlotFacts> = self
             .slots()
-            .find(|(_, slot)| !slot.active.load(Ordering::Relaxed))
-            .or_else(|| self.slots().find(|(_, slot)| never_served(slot)));
-        let Some((index, slot)) = reusable else {
-            return Lookup::Full;
+            .map(|(_, slot)| slot.facts(&exclusive, now))
+            .collect();
+        let index = match slot_share::choose(&facts, database, quota, EVICT_IDLE_MS) {
+            Choice::Take(index) => index,
+            Choice::QuotaReached { held } => return Lookup::QuotaReached { held },
+            Choice::Full => return Lookup::Full,
         };
+        let slot = self.slot(index);
+        if slot.is_active() {
+            // Its tag is pushed out: new generation first, as `free` does.
+            slot.release();
+        }
         // Generation first: a backend still holding the old generation
         // must see the change before it could see the new chain contents.
         let generation = slot.generation.fetch_add(1, Ordering::SeqCst) + 1;
@@ -384,8 +408,25 @@ impl Registry {
         slot.error_seq.store(0, Ordering::Relaxed);
         slot.refill_requested.store(false, Ordering::Relaxed);
         slot.lane.store(WorkerKey::LOCAL, Ordering::Relaxed);
+        slot.seen_tickets
+            .store(slot.chain.tickets_spent(), Ordering::Relaxed);
+        slot.seen_moving_at_ms.store(now, Ordering::Relaxed);
         slot.active.store(true, Ordering::Release);
         Lookup::Found { index, generation }
+    }
+
+    /// How many slots each database holds, most first.
+    pub fn slots_per_database(&self) -> Vec<(u32, usize)> {
+        let _shared = self.lock(false);
+        let mut counts: Vec<(u32, usize)> = Vec::new();
+        for (_, slot) in self.slots().filter(|(_, s)| s.is_active()) {
+            match counts.iter_mut().find(|(db, _)| *db == slot.database()) {
+                Some((_, n)) => *n += 1,
+                None => counts.push((slot.database(), 1)),
+            }
+        }
+        counts.sort_by_key(|&(_, n)| std::cmp::Reverse(n));
+        counts
     }
 
     /// Frees `(database, tag)`'s slot, dropping its cached ranges. Returns
@@ -649,6 +690,23 @@ impl Slot {
             // SAFETY: the registry lock is held (shared or exclusive) by
             // every caller, so the tag bytes are not being written.
             && unsafe { &(&*self.tag.get())[..tag.len()] } == tag
+    }
+
+    /// What `slot_share` needs to know of the slot (exclusive lock held),
+    /// stamping the look: tickets that moved since the last look mean the
+    /// tag was drawn from meanwhile, so it counts as drawn from now.
+    fn facts(&self, _locked: &Locked<'_>, now: i64) -> SlotFacts {
+        let tickets = self.chain.tickets_spent();
+        if self.seen_tickets.swap(tickets, Ordering::Relaxed) != tickets {
+            self.seen_moving_at_ms.store(now, Ordering::Relaxed);
+        }
+        SlotFacts {
+            active: self.is_active(),
+            database: self.database(),
+            never_served: self.stats.refills.load(Ordering::Relaxed) == 0
+                && self.error_seq.load(Ordering::Relaxed) > 0,
+            idle_ms: now - self.seen_moving_at_ms.load(Ordering::Relaxed),
+        }
     }
 
     /// Frees the slot (exclusive lock held): new generation first, so a

@@ -28,9 +28,10 @@
 use super::chain::Taken;
 use super::created_here;
 use super::registry::{registry_or_raise, Lookup, Registry, Slot, WorkerKey};
+use super::slot_share;
 use super::tag::{check_tag, current_table_oid, row_state, RowState};
 use super::worker;
-use crate::catalog::{database_exists, my_database};
+use crate::catalog::{database_exists, database_name, my_database};
 use crate::errors::{required, IdgenError, StoredError, TAG_MAX_BYTES};
 use crate::gucs;
 use pgrx::pg_sys;
@@ -328,15 +329,27 @@ fn resolve(registry: &Registry, tag: &[u8], table_oid: u32) -> Source {
         Some(found) => found,
         None => {
             check_row(table_oid, tag);
-            match registry.lookup_or_assign(my_database(), tag) {
+            let quota = slot_share::quota(registry.max_tags(), gucs::MAX_TAGS_PER_DATABASE.get());
+            match registry.lookup_or_assign(my_database(), tag, quota) {
                 Lookup::Found { index, generation } => {
                     RESOLVED.with(|map| map.borrow_mut().insert(tag.to_vec(), (index, generation)));
                     (index, generation)
                 }
+                Lookup::QuotaReached { held } => IdgenError::TagQuotaReached {
+                    tag: tag_text(tag),
+                    database: database_name(my_database()),
+                    held,
+                }
+                .raise(),
                 Lookup::Full => match reclaim_dropped_databases(registry) {
                     true => return resolve(registry, tag, table_oid),
                     false => IdgenError::TooManyTags {
                         max_tags: registry.max_tags() as i32,
+                        holders: registry
+                            .slots_per_database()
+                            .into_iter()
+                            .map(|(db, n)| (database_name(db), n))
+                            .collect(),
                     }
                     .raise(),
                 },

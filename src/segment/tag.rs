@@ -12,7 +12,6 @@
 use crate::catalog::table_name_and_owner;
 use crate::errors::{IdgenError, TAG_MAX_BYTES};
 use pgrx::pg_sys;
-use pgrx::prelude::*;
 
 /// Validates a tag's bytes (NULL is handled by the callers).
 pub fn check_tag(tag: &[u8]) {
@@ -149,25 +148,34 @@ pub fn tag_exists_latest(table_oid: u32, tag: &[u8], remote: bool) -> bool {
         )
 }
 
-/// Serialises `segment_create` and `segment_attach` of one tag in one
-/// database until the end of the calling transaction, so that a tag never
-/// gets both a local row and a remote source.
+/// Serialises `segment_create`, `segment_setval` and `segment_attach` of
+/// one tag in one database until the end of the calling transaction, so
+/// that a tag never gets both a local row and a remote source.
+///
+/// The lock is an object lock (`LockDatabaseObject`) whose class is
+/// `id_segment`'s OID and whose object is a hash of the tag: no SQL
+/// statement can take it (advisory locks, which any LOGIN role can hold,
+/// have a lock tag of their own), so nobody without the right to run
+/// these functions can make them wait. Two tags that hash alike only
+/// wait for each other. The wait obeys `lock_timeout`.
 pub fn lock_tag(table_oid: u32, tag: &str) {
-    let locked = Spi::connect_mut(|client| {
-        client.update(
-            "SELECT pg_catalog.pg_advisory_xact_lock($1, pg_catalog.hashtext($2))",
-            None,
-            &[(table_oid as i32).into(), tag.into()],
-        )?;
-        Ok::<_, pgrx::spi::Error>(())
-    });
-    if let Err(e) = locked {
-        IdgenError::Internal {
-            context: "lock_tag",
-            message: e.to_string(),
-        }
-        .raise();
+    // SAFETY: inside the calling transaction, which releases the lock at
+    // its end; hash_bytes reads `tag.len()` bytes of `tag`.
+    unsafe {
+        let hash = hash_bytes(tag.as_ptr(), tag.len() as std::ffi::c_int);
+        pg_sys::LockDatabaseObject(
+            pg_sys::Oid::from(table_oid),
+            pg_sys::Oid::from(hash),
+            0,
+            pg_sys::ExclusiveLock as pg_sys::LOCKMODE,
+        );
     }
+}
+
+// common/hashfn.h, which pgrx does not bind: PostgreSQL's own hash of a
+// byte string (hashtext's, without the collation).
+unsafe extern "C" {
+    fn hash_bytes(k: *const u8, keylen: std::ffi::c_int) -> u32;
 }
 
 /// `row_state` in one table whose first column (and primary key) is the

@@ -127,16 +127,7 @@ pub extern "C-unwind" fn pg_idgen_refill_worker_main(arg: pg_sys::Datum) {
     // connecting, so a FATAL while connecting still clears the entry.
     unsafe { pg_sys::before_shmem_exit(Some(on_exit), key.to_datum()) };
     failpoint("worker-start");
-    // SAFETY: a registered background worker that asked for a database
-    // connection; BYPASS_ALLOWCONN lets it serve the sessions still
-    // connected to a database with ALLOW_CONNECTIONS false.
-    unsafe {
-        pg_sys::BackgroundWorkerInitializeConnectionByOid(
-            pg_sys::Oid::from(database),
-            pg_sys::InvalidOid,
-            pg_sys::BGWORKER_BYPASS_ALLOWCONN,
-        )
-    };
+    bgworker::connect(bgworker::Database::Oid(database));
     if !registry.worker_attach(key, pid, latch) {
         // Another worker serves this database: not a failed start.
         ATTACHED.store(true, Ordering::Relaxed);

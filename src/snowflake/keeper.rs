@@ -40,7 +40,7 @@ use super::wal_mark::{self, MarkProblem};
 use crate::bgworker;
 use crate::errors::IdgenError;
 use crate::gucs;
-use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder, BgWorkerStartTime};
+use pgrx::bgworkers::{BackgroundWorkerBuilder, BgWorkerStartTime};
 use pgrx::prelude::*;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -144,7 +144,7 @@ pub extern "C-unwind" fn pg_idgen_snowflake_keeper_main(_arg: pg_sys::Datum) {
     state.set_mark_problem(&format!(
         "the snowflake keeper could not connect to pg_idgen.snowflake_database \"{database}\" (the server log says why)"
     ));
-    BackgroundWorker::connect_worker_to_spi(Some(&database), None);
+    bgworker::connect(bgworker::Database::Name(&database));
     state.set_mark_problem("");
     let mut keeper = Keeper {
         state,

@@ -45,6 +45,17 @@
 //! * A reload (SIGHUP) re-reads `pg_idgen.snowflake_max_lead` and
 //!   `pg_idgen.remote_timeout`: the next claim or renewal uses them.
 //!
+//! # Privileges
+//!
+//! `pg_idgen.lease_table` and `pg_idgen.lease_clock_table` are read as
+//! `schema.name`, never on a search path; each must be a foreign table
+//! owned by a superuser or the owner of pg_idgen, or it is refused with a
+//! WARNING and never touched (`find_tables`). Every statement on them runs
+//! as that owner in a security-restricted operation (`Table::as_owner`),
+//! with the worker's pinned search path (`bgworker::connect`): a role
+//! with CREATE on a schema or the database can neither redirect the
+//! keeper nor run code through it.
+//!
 //! # Shared state
 //!
 //! `LeaseShared` (`shared.rs`), in the snowflake shared memory: written by
@@ -67,12 +78,12 @@ use super::lease::{
 };
 use super::shared::{snowflake, Snowflake};
 use crate::bgworker;
-use crate::catalog::quote_identifier;
-use crate::errors::{IdgenError, StoredError};
+use crate::catalog::{as_owner, quote_identifier};
+use crate::errors::{IdgenError, LeaseTableProblem, StoredError};
 use crate::failpoints::failpoint;
 use crate::gucs;
 use crate::remote_session;
-use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder, BgWorkerStartTime};
+use pgrx::bgworkers::{BackgroundWorkerBuilder, BgWorkerStartTime};
 use pgrx::prelude::*;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -169,7 +180,7 @@ pub extern "C-unwind" fn pg_idgen_lease_keeper_main(_arg: pg_sys::Datum) {
     state.lease.problem.set(&format!(
         "the lease keeper could not connect to pg_idgen.lease_database \"{database}\" (the server log says why)"
     ));
-    BackgroundWorker::connect_worker_to_spi(Some(&database), None);
+    bgworker::connect(bgworker::Database::Name(&database));
     state.lease.problem.set("");
     // SAFETY: MyProcPid is set in every started process.
     state
@@ -229,9 +240,10 @@ pub extern "C-unwind" fn pg_idgen_lease_keeper_main(_arg: pg_sys::Datum) {
 /// reading `lease::check_central_reading` refuses.
 fn read_central_clock(
     client: &pgrx::spi::SpiClient,
-    clock_table: &str,
+    clock: &Table,
 ) -> Result<i64, pgrx::spi::Error> {
-    let clock = client.select(&clock_sql(clock_table), Some(2), &[])?;
+    let clock_table = &clock.qualified;
+    let clock = clock.as_owner(|| client.select(&clock_sql(clock_table), Some(2), &[]))?;
     let rows = clock.len();
     let reading = match rows {
         1 => clock.first().get::<i64>(1)?,
@@ -276,8 +288,8 @@ struct Keeper {
     holder: String,
     layout_text: String,
     max_machine: i32,
-    /// The lease table's quoted name, as last found (for the give-up).
-    table: Option<String>,
+    /// The lease table, as last found (for the give-up).
+    table: Option<Table>,
     watch: LeaseWatch,
     held: Option<Held>,
     /// Whether the generators were given `held` (`Generator::take_lease`):
@@ -304,18 +316,119 @@ struct Keeper {
     warnings: Vec<String>,
 }
 
-/// The relations the keeper reads, as found: quoted names.
+/// The relations the keeper reads, as found.
 struct Tables {
-    lease: String,
-    clock: String,
+    lease: Table,
+    clock: Table,
 }
 
-/// A relation named by a setting, as the catalog has it: its quoted name,
-/// and its foreign server's name and options (`None`: local).
-struct Found {
+/// A relation the keeper touches: its quoted, schema-qualified name, its
+/// OID and its owner (whose rights its statements run with).
+#[derive(Clone)]
+struct Table {
     qualified: String,
-    server: Option<String>,
+    oid: u32,
+    owner: pg_sys::Oid,
+}
+
+impl Table {
+    /// Runs `body` (a statement on this table) as the table's owner, in a
+    /// security-restricted operation.
+    fn as_owner<R>(&self, body: impl FnOnce() -> R) -> R {
+        // INVARIANT: never as the bootstrap superuser (`find_tables`).
+        as_owner(self.owner, body)
+    }
+}
+
+/// A trusted foreign table a setting names, as the catalog has it.
+struct Foreign {
+    qualified: String,
+    oid: u32,
+    owner: pg_sys::Oid,
+    server: String,
     options: Option<String>,
+}
+
+impl Foreign {
+    fn table(&self) -> Table {
+        Table {
+            qualified: self.qualified.clone(),
+            oid: self.oid,
+            owner: self.owner,
+        }
+    }
+}
+
+/// What a setting names.
+enum Looked {
+    Missing,
+    Foreign(Foreign),
+    Refused(LeaseTableProblem),
+}
+
+/// Looks `name` up as `schema.relation` (`parse_ident`), never on a
+/// search path, in the caller's transaction.
+fn look_up(client: &pgrx::spi::SpiClient, name: &str) -> Result<Looked, pgrx::spi::Error> {
+    let rows = client.select(
+        &format!(
+            "SELECT c.oid::pg_catalog.regclass::pg_catalog.text, c.oid, c.relowner, \
+                    CASE c.relkind WHEN 'f' THEN NULL WHEN 'r' THEN 'table' WHEN 'p' THEN 'table' \
+                         WHEN 'v' THEN 'view' WHEN 'm' THEN 'materialized view' \
+                         ELSE 'relation' END, \
+                    pg_catalog.pg_get_userbyid(c.relowner)::pg_catalog.text, \
+                    r.rolsuper OR c.relowner OPERATOR(pg_catalog.=) ANY ( \
+                        SELECT e.extowner FROM pg_catalog.pg_extension e \
+                         WHERE e.extname OPERATOR(pg_catalog.=) 'pg_idgen'), \
+                    s.srvname::pg_catalog.text, {} \
+               FROM (SELECT pg_catalog.parse_ident($1) AS parts) i \
+               JOIN pg_catalog.pg_namespace n \
+                 ON n.nspname OPERATOR(pg_catalog.=) i.parts[1] \
+                AND pg_catalog.array_length(i.parts, 1) OPERATOR(pg_catalog.=) 2 \
+               JOIN pg_catalog.pg_class c \
+                 ON c.relnamespace OPERATOR(pg_catalog.=) n.oid \
+                AND c.relname OPERATOR(pg_catalog.=) i.parts[2] \
+               JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) c.relowner \
+               LEFT JOIN pg_catalog.pg_foreign_table f ON f.ftrelid OPERATOR(pg_catalog.=) c.oid \
+               LEFT JOIN pg_catalog.pg_foreign_server s ON s.oid OPERATOR(pg_catalog.=) f.ftserver",
+            remote_session::SERVER_OPTIONS_SQL
+        ),
+        Some(1),
+        &[name.into()],
+    )?;
+    if rows.is_empty() {
+        let parts = client.select(
+            "SELECT pg_catalog.array_length(pg_catalog.parse_ident($1), 1)",
+            Some(1),
+            &[name.into()],
+        )?;
+        return Ok(match parts.first().get::<i32>(1)? {
+            Some(2) => Looked::Missing,
+            _ => Looked::Refused(LeaseTableProblem::NotQualified),
+        });
+    }
+    let row = rows.first();
+    let relation = row.get::<String>(1)?.unwrap_or_default();
+    let owner_name = row.get::<String>(5)?.unwrap_or_default();
+    if let Some(kind) = row.get::<String>(4)? {
+        return Ok(Looked::Refused(LeaseTableProblem::NotForeign {
+            relation,
+            kind,
+            owner: owner_name,
+        }));
+    }
+    if row.get::<bool>(6)? != Some(true) {
+        return Ok(Looked::Refused(LeaseTableProblem::UntrustedOwner {
+            relation,
+            owner: owner_name,
+        }));
+    }
+    Ok(Looked::Foreign(Foreign {
+        qualified: relation,
+        oid: row.get::<pg_sys::Oid>(2)?.map_or(0, |o| o.to_u32()),
+        owner: row.get::<pg_sys::Oid>(3)?.unwrap_or(pg_sys::InvalidOid),
+        server: row.get::<String>(7)?.unwrap_or_default(),
+        options: row.get::<String>(8)?,
+    }))
 }
 
 impl Keeper {
@@ -357,7 +470,7 @@ impl Keeper {
     /// A failure: counted, logged once, and `lease_problem`.
     fn problem(&self, text: &str) {
         self.state.lease.failures.fetch_add(1, Ordering::Relaxed);
-        if self.state.lease.problem.get() != text {
+        if !self.state.lease.problem.holds(text) {
             pgrx::log!("pg_idgen lease keeper: {text}");
         }
         self.state.lease.problem.set(text);
@@ -374,7 +487,7 @@ impl Keeper {
             .cloned()
             .collect::<Vec<_>>()
             .join("; ");
-        if self.state.lease.problem.get() != text {
+        if !self.state.lease.problem.holds(&text) {
             if !self.warnings.is_empty() {
                 pgrx::warning!("pg_idgen lease keeper: {text}");
             } else if !text.is_empty() {
@@ -389,36 +502,22 @@ impl Keeper {
     /// must pin the central session (`remote_session.rs`), the clock must
     /// be read through the same server, and an `ALTER SERVER` or a new
     /// table takes effect at once.
+    ///
+    /// INVARIANT: the keeper touches only the relation each setting names
+    /// by schema and name (never through a search path), only if it is a
+    /// foreign table whose owner is a superuser or pg_idgen's owner, and
+    /// only as that owner (`catalog::as_owner`). Anything else is refused
+    /// with a WARNING (`LeaseTableRefused`), never read.
     fn find_tables(&mut self) -> Option<Tables> {
         let lease_name = setting_text(&gucs::LEASE_TABLE);
         let clock_name = setting_text(&gucs::LEASE_CLOCK_TABLE);
         let database = setting_text(&gucs::LEASE_DATABASE);
         let found = run(|| {
             Spi::connect(|client| {
-                let look = |name: &str| -> Result<Option<Found>, pgrx::spi::Error> {
-                    let rows = client.select(
-                        &format!(
-                            "SELECT c.oid::pg_catalog.regclass::pg_catalog.text, s.srvname::pg_catalog.text, {} \
-                               FROM pg_catalog.pg_class c \
-                               LEFT JOIN pg_catalog.pg_foreign_table f ON f.ftrelid OPERATOR(pg_catalog.=) c.oid \
-                               LEFT JOIN pg_catalog.pg_foreign_server s ON s.oid OPERATOR(pg_catalog.=) f.ftserver \
-                              WHERE c.oid OPERATOR(pg_catalog.=) pg_catalog.to_regclass($1)",
-                            remote_session::SERVER_OPTIONS_SQL
-                        ),
-                        Some(1),
-                        &[name.into()],
-                    )?;
-                    if rows.is_empty() {
-                        return Ok(None);
-                    }
-                    let row = rows.first();
-                    Ok(Some(Found {
-                        qualified: row.get::<String>(1)?.unwrap_or_default(),
-                        server: row.get::<String>(2)?,
-                        options: row.get::<String>(3)?,
-                    }))
-                };
-                Ok(Some((look(&lease_name)?, look(&clock_name)?)))
+                Ok(Some((
+                    look_up(client, &lease_name)?,
+                    look_up(client, &clock_name)?,
+                )))
             })
         });
         let (lease, clock) = match found {
@@ -429,75 +528,113 @@ impl Keeper {
                 return None;
             }
         };
-        let Some(lease) = lease else {
-            self.problem(&format!(
-                "pg_idgen.lease_table \"{lease_name}\" does not exist in database \"{database}\" (create the foreign table over the central idgen_machine_lease)"
-            ));
-            return None;
-        };
-        self.state.lease.source.set(&format!(
-            "{} ({database}.{})",
-            lease.server.as_deref().unwrap_or("local table"),
-            lease.qualified
-        ));
-        self.table = Some(lease.qualified.clone());
-        if let Some(server) = &lease.server {
-            if let Some(problem) = remote_session::problem(lease.options.as_deref()) {
-                let unsafe_session = IdgenError::RemoteSessionUnsafe {
-                    server: server.clone(),
-                    problem,
-                    options: lease.options.clone(),
-                }
-                .stored();
+        let lease = match self.usable("pg_idgen.lease_table", &lease_name, lease) {
+            Some(Some(lease)) => lease,
+            Some(None) => {
                 self.problem(&format!(
-                    "{} (no lease is claimed or renewed through it). {}",
-                    unsafe_session.message, unsafe_session.hint
+                    "pg_idgen.lease_table \"{lease_name}\" does not exist in database \"{database}\" (create the foreign table over the central idgen_machine_lease)"
                 ));
                 return None;
             }
+            None => return None,
+        };
+        self.state.lease.source.set(&format!(
+            "{} ({database}.{})",
+            lease.server, lease.qualified
+        ));
+        if self.table.as_ref().is_some_and(|t| t.oid != lease.oid) {
+            pgrx::warning!(
+                "pg_idgen lease keeper: pg_idgen.lease_table \"{lease_name}\" is another relation than at the last look ({}, OID {}); the held lease, if any, is renewed through it or lost",
+                lease.qualified,
+                lease.oid
+            );
         }
-        let where_it_goes = |server: &Option<String>| match server {
-            Some(server) => format!("foreign server \"{server}\""),
-            None => "this server (a local relation)".to_string(),
-        };
-        let create = match &lease.server {
-            Some(server) => format!(
-                "on the central server: {CLOCK_VIEW_SQL}; and here, in database \"{database}\": {};",
-                clock_foreign_table_sql(&clock_name, &quote_identifier(server))
-            ),
-            None => format!("here, beside the local lease table: {CLOCK_VIEW_SQL};"),
-        };
-        match clock {
-            None => {
+        self.table = Some(lease.table());
+        if let Some(problem) = remote_session::problem(lease.options.as_deref()) {
+            let unsafe_session = IdgenError::RemoteSessionUnsafe {
+                server: lease.server.clone(),
+                problem,
+                options: lease.options.clone(),
+            }
+            .stored();
+            self.problem(&format!(
+                "{} (no lease is claimed or renewed through it). {}",
+                unsafe_session.message, unsafe_session.hint
+            ));
+            return None;
+        }
+        let create = format!(
+            "on the central server: {CLOCK_VIEW_SQL}; and here, in database \"{database}\": {};",
+            clock_foreign_table_sql(&clock_name, &quote_identifier(&lease.server))
+        );
+        match self.usable("pg_idgen.lease_clock_table", &clock_name, clock) {
+            None => None,
+            Some(None) => {
                 self.problem(&format!(
                     "pg_idgen.lease_clock_table \"{clock_name}\" does not exist in database \"{database}\": no lease is claimed or renewed without the central server's clock, which keeps a restored lease table from repeating IDs. Create it {create}"
                 ));
                 None
             }
-            Some(clock) if clock.server != lease.server => {
+            Some(Some(clock)) if clock.server != lease.server => {
                 self.problem(&format!(
-                    "pg_idgen.lease_clock_table \"{clock_name}\" is on {}, the lease table on {}: the clock must be the lease table's own server's, or it guards nothing. Create it {create}",
-                    where_it_goes(&clock.server),
-                    where_it_goes(&lease.server)
+                    "pg_idgen.lease_clock_table \"{clock_name}\" is on foreign server \"{}\", the lease table on foreign server \"{}\": the clock must be the lease table's own server's, or it guards nothing. Create it {create}",
+                    clock.server, lease.server
                 ));
                 None
             }
-            Some(clock) => Some(Tables {
-                lease: lease.qualified,
-                clock: clock.qualified,
+            Some(Some(clock)) => Some(Tables {
+                lease: lease.table(),
+                clock: clock.table(),
             }),
         }
     }
 
-    fn read_rows(&mut self, table: &str) -> Outcome<Vec<LeaseRow>> {
+    /// What `find_tables` may use of a look-up: `Some(Some(found))` a
+    /// trusted foreign table, `Some(None)` none by that name; `None` a
+    /// refusal, told.
+    fn usable(
+        &mut self,
+        setting: &'static str,
+        value: &str,
+        looked: Looked,
+    ) -> Option<Option<Foreign>> {
+        let why = match looked {
+            Looked::Missing => return Some(None),
+            Looked::Foreign(found) => return Some(Some(found)),
+            Looked::Refused(why) => why,
+        };
+        self.refuse(IdgenError::LeaseTableRefused {
+            setting,
+            value: value.to_string(),
+            why,
+        });
+        None
+    }
+
+    /// A refusal of what a setting names: a WARNING with its SQLSTATE when
+    /// it is new, and `lease_problem` while it lasts.
+    fn refuse(&mut self, refusal: IdgenError) {
+        let stored = refusal.stored();
+        let text = format!("{} {}", stored.message, stored.hint);
+        self.state.lease.failures.fetch_add(1, Ordering::Relaxed);
+        if !self.state.lease.problem.holds(&text) {
+            refusal.warn();
+        }
+        self.state.lease.problem.set(&text);
+    }
+
+    fn read_rows(&mut self, table: &Table) -> Outcome<Vec<LeaseRow>> {
         let max = self.max_machine;
         let seed = !self.seeded;
         run(|| {
             Spi::connect_mut(|client| {
                 if seed {
-                    client.update(&seed_sql(table), None, &[max.into()])?;
+                    table.as_owner(|| {
+                        client.update(&seed_sql(&table.qualified), None, &[max.into()])
+                    })?;
                 }
-                let rows = client.select(&read_sql(table), None, &[max.into()])?;
+                let rows = table
+                    .as_owner(|| client.select(&read_sql(&table.qualified), None, &[max.into()]))?;
                 let mut read = Vec::new();
                 for row in rows {
                     read.push(LeaseRow {
@@ -530,19 +667,21 @@ impl Keeper {
                 let before = read_central_clock(client, &tables.clock)?;
                 failpoint("lease-before-cas");
                 let ceiling = self.settings.ceiling_unix_ms(sent_wall, before);
-                let rows = client.update(
-                    sql,
-                    None,
-                    &[
-                        machine.into(),
-                        version.into(),
-                        self.holder.as_str().into(),
-                        self.settings.duration_ms.into(),
-                        ceiling.into(),
-                        until.into(),
-                        self.layout_text.as_str().into(),
-                    ],
-                )?;
+                let rows = tables.lease.as_owner(|| {
+                    client.update(
+                        sql,
+                        None,
+                        &[
+                            machine.into(),
+                            version.into(),
+                            self.holder.as_str().into(),
+                            self.settings.duration_ms.into(),
+                            ceiling.into(),
+                            until.into(),
+                            self.layout_text.as_str().into(),
+                        ],
+                    )
+                })?;
                 if rows.is_empty() {
                     return Ok(None);
                 }
@@ -622,7 +761,7 @@ impl Keeper {
                 return RETRY_MS;
             }
         };
-        let sql = super::lease::claim_sql(&tables.lease);
+        let sql = super::lease::claim_sql(&tables.lease.qualified);
         let sent_wall = now_unix_ms();
         match self.write(tables, &sql, claim.machine_id, claim.version) {
             Outcome::Done(written) => {
@@ -726,7 +865,7 @@ impl Keeper {
 
     fn renew(&mut self, tables: &Tables, held: &Held) -> i64 {
         failpoint("lease-before-renew");
-        let sql = super::lease::renew_sql(&tables.lease);
+        let sql = super::lease::renew_sql(&tables.lease.qualified);
         let sent_wall = now_unix_ms();
         match self.write(tables, &sql, held.machine_id, held.version) {
             Outcome::Done(written) => {
@@ -789,7 +928,7 @@ impl Keeper {
     /// they show of other live servers: one holding rows under this
     /// server's name (each of the two says it: their rows are renewed
     /// under each other's eyes), or under another lease duration.
-    fn look_at_other_holders(&mut self, table: &str) {
+    fn look_at_other_holders(&mut self, table: &Table) {
         let rows = match self.read_rows(table) {
             Outcome::Done(rows) => rows,
             // The next renewal looks again.
@@ -879,22 +1018,24 @@ impl Keeper {
         let (Some(held), Some(table)) = (self.held.take(), self.table.clone()) else {
             return;
         };
-        let sql = super::lease::give_up_sql(&table);
+        let sql = super::lease::give_up_sql(&table.qualified);
         let floor = held
             .give_up_floor_unix_ms(Some(last_issued.min(held.ceiling_unix_ms)))
             .unwrap_or(held.ceiling_unix_ms);
         let timeout_ms = gucs::REMOTE_TIMEOUT_MS.get().min(GIVE_UP_TIMEOUT_MS);
         let given_up = run_within(timeout_ms, || {
             Spi::connect_mut(|client| {
-                let rows = client.update(
-                    &sql,
-                    None,
-                    &[
-                        held.machine_id.into(),
-                        self.holder.as_str().into(),
-                        floor.into(),
-                    ],
-                )?;
+                let rows = table.as_owner(|| {
+                    client.update(
+                        &sql,
+                        None,
+                        &[
+                            held.machine_id.into(),
+                            self.holder.as_str().into(),
+                            floor.into(),
+                        ],
+                    )
+                })?;
                 Ok(Some(rows.len()))
             })
         });

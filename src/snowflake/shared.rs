@@ -91,6 +91,13 @@ impl SharedText {
         self.seq.fetch_add(1, Ordering::AcqRel);
     }
 
+    /// Whether it holds `text` as `set` would store it (cut to its room):
+    /// what "the same problem as before" means to a caller that logs a
+    /// problem once.
+    pub fn holds(&self, text: &str) -> bool {
+        self.get() == crate::errors::truncate_utf8(text, TEXT_BYTES)
+    }
+
     pub fn get(&self) -> String {
         loop {
             let before = self.seq.load(Ordering::Acquire);
@@ -355,7 +362,7 @@ impl Snowflake {
     /// Called by the keeper: why it cannot read or commit the WAL-logged
     /// mark ("" once it can again).
     pub(super) fn set_mark_problem(&self, problem: &str) {
-        if self.mark_problem.get() != problem {
+        if !self.mark_problem.holds(problem) {
             self.mark_problem.set(problem);
         }
     }

@@ -16,12 +16,14 @@
 //! a standby safe, so the keeper never waits for a synchronous standby (a
 //! user's commit that holds an ID waits for it anyway, after the mark).
 //!
-//! Runs inside the keeper's transactions (`bgworker::in_transaction`), as
-//! the bootstrap superuser, with `search_path = pg_catalog, pg_temp` and
-//! every name schema-qualified.
+//! Runs inside the keeper's transactions (`bgworker::in_transaction`),
+//! with the worker's pinned search path and every name schema-qualified;
+//! the table is read and written as its owner, in a security-restricted
+//! operation (`catalog::as_owner`), never as the bootstrap superuser.
 
 use super::layout::Layout;
 use super::state_file::HighWater;
+use crate::catalog::as_owner;
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 
@@ -58,25 +60,30 @@ impl std::fmt::Display for MarkProblem {
     }
 }
 
-/// The quoted schema of the table, or why there is none.
-fn schema(
+/// The table: its quoted schema and its owner.
+struct MarkTable {
+    schema: String,
+    owner: pg_sys::Oid,
+}
+
+/// The table, or why there is none.
+fn table(
     client: &mut SpiClient<'_>,
     database: &str,
-) -> Result<Result<String, MarkProblem>, pgrx::spi::Error> {
+) -> Result<Result<MarkTable, MarkProblem>, pgrx::spi::Error> {
     // A SELECT, not pgrx's `update`: that assigns a transaction id, which a
     // standby (where the keeper only reads) cannot.
     client.select(
-        "SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true), \
-                pg_catalog.set_config('synchronous_commit', 'local', true), \
+        "SELECT pg_catalog.set_config('synchronous_commit', 'local', true), \
                 pg_catalog.set_config('lock_timeout', $1, true)",
         None,
         &[format!("{ROW_LOCK_WAIT_MS}ms").into()],
     )?;
     let rows = client.select(
         "SELECT pg_catalog.quote_ident(n.nspname), \
-                EXISTS (SELECT FROM pg_catalog.pg_class c \
-                         WHERE c.relnamespace OPERATOR(pg_catalog.=) n.oid \
-                           AND c.relname OPERATOR(pg_catalog.=) 'snowflake_high_water') \
+                (SELECT c.relowner FROM pg_catalog.pg_class c \
+                  WHERE c.relnamespace OPERATOR(pg_catalog.=) n.oid \
+                    AND c.relname OPERATOR(pg_catalog.=) 'snowflake_high_water') \
            FROM pg_catalog.pg_extension e \
            JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) e.extnamespace \
           WHERE e.extname OPERATOR(pg_catalog.=) 'pg_idgen'",
@@ -88,8 +95,8 @@ fn schema(
         return Ok(Err(MarkProblem::NoExtension { database }));
     }
     let row = rows.first();
-    match (row.get::<String>(1)?, row.get::<bool>(2)?) {
-        (Some(schema), Some(true)) => Ok(Ok(schema)),
+    match (row.get::<String>(1)?, row.get::<pg_sys::Oid>(2)?) {
+        (Some(schema), Some(owner)) => Ok(Ok(MarkTable { schema, owner })),
         _ => Ok(Err(MarkProblem::NotUpdated { database })),
     }
 }
@@ -97,19 +104,21 @@ fn schema(
 /// Reads the mark: `Ok(None)` when none was committed yet.
 pub fn read(database: &str) -> Result<Result<Option<HighWater>, MarkProblem>, pgrx::spi::Error> {
     Spi::connect_mut(|client| {
-        let schema = match schema(client, database)? {
-            Ok(schema) => schema,
+        let MarkTable { schema, owner } = match table(client, database)? {
+            Ok(table) => table,
             Err(problem) => return Ok(Err(problem)),
         };
-        let rows = client.select(
-            &format!(
-                "SELECT epoch_ms, time_bits::pg_catalog.int8, machine_bits::pg_catalog.int8, \
+        let rows = as_owner(owner, || {
+            client.select(
+                &format!(
+                    "SELECT epoch_ms, time_bits::pg_catalog.int8, machine_bits::pg_catalog.int8, \
                         sequence_bits::pg_catalog.int8, default_high_id, javascript_high_id \
                    FROM {schema}.snowflake_high_water"
-            ),
-            Some(1),
-            &[],
-        )?;
+                ),
+                Some(1),
+                &[],
+            )
+        })?;
         if rows.is_empty() {
             return Ok(Ok(None));
         }
@@ -139,12 +148,13 @@ pub fn commit(
     mark: &HighWater,
 ) -> Result<Result<HighWater, MarkProblem>, pgrx::spi::Error> {
     Spi::connect_mut(|client| {
-        let schema = match schema(client, database)? {
-            Ok(schema) => schema,
+        let MarkTable { schema, owner } = match table(client, database)? {
+            Ok(table) => table,
             Err(problem) => return Ok(Err(problem)),
         };
         let l = &mark.layout;
-        let rows = client.update(
+        let rows = as_owner(owner, || {
+            client.update(
             &format!(
                 "INSERT INTO {schema}.snowflake_high_water AS h \
                         (only_row, epoch_ms, time_bits, machine_bits, sequence_bits, \
@@ -167,7 +177,8 @@ pub fn commit(
                 mark.main.into(),
                 mark.javascript.into(),
             ],
-        )?;
+        )
+        })?;
         let row = rows.first();
         Ok(Ok(HighWater {
             layout: *l,

@@ -334,18 +334,21 @@ def test_privileges(cluster, db, torture):
         "SELECT segment_drop('guarded')",
         "SELECT * FROM segment_status",
         "SELECT * FROM snowflake_status",
+        # One generator per cluster: a grant, as nextval() needs USAGE.
+        "SELECT snowflake_nextval()",
+        "SELECT snowflake_js_nextval()",
     ]
     with cluster.connect(db) as conn:
         conn.execute("SET ROLE idgen_app")
         for statement in forbidden:
             with pytest.raises(errors.InsufficientPrivilege):
                 conn.execute(statement)
-        # Snowflake IDs need no table and no grant, like gen_random_uuid().
-        assert conn.execute("SELECT snowflake_nextval() > 0").fetchone() == (True,)
     cluster.sql("GRANT EXECUTE ON FUNCTION segment_nextval(text) TO idgen_app", dbname=db)
+    cluster.sql("GRANT EXECUTE ON FUNCTION snowflake_nextval() TO idgen_app", dbname=db)
     with cluster.connect(db) as conn:
         conn.execute("SET ROLE idgen_app")
         assert conn.execute("SELECT segment_nextval('guarded')").fetchone() == (1,)
+        assert conn.execute("SELECT snowflake_nextval() > 0").fetchone() == (True,)
     # The one SECURITY DEFINER function is the event trigger's: its search
     # path is pinned and nobody may call it directly.
     security_definers = cluster.sql(

@@ -7,8 +7,8 @@ target directory as the suite so that they reuse the compiled dependencies
 the extension at its version and draws IDs; puts the current library in
 place the way a package manager does (a new file renamed over the old one:
 a running server keeps the file it mapped); restarts; draws with the old
-SQL; runs ALTER EXTENSION pg_idgen UPDATE (0.1.0 -> 0.2.0 -> 0.3.0) and
-draws again. Nothing may repeat — also after a crash and a failover to a
+SQL; runs ALTER EXTENSION pg_idgen UPDATE (0.1.0 -> 0.2.0 -> 0.3.0 ->
+0.4.0) and draws again. Nothing may repeat — also after a crash and a failover to a
 standby on the updated 0.2.0 server. A pg_dump taken under 0.1.0 restores
 under the current version and continues above every ID drawn before.
 
@@ -27,11 +27,12 @@ from releases import build_release, pg_config_value
 from helpers import (BURST_LAYOUT, PINNED, assert_increasing, assert_unique, draw_plain, draw_snowflakes,
                      promote, replayed, standby_of)
 
-CURRENT = "0.3.0"
+CURRENT = "0.4.0"
 PG_CONFIG = os.path.join(PG_BIN, "pg_config")
-# Settings that tell which library runs: one 0.2.0 registers and 0.1.0 does
-# not, one 0.3.0 registers and 0.2.0 does not.
-SETTING_SINCE = {"0.2.0": "pg_idgen.allow_max_id_decrease", CURRENT: "pg_idgen.snowflake_database"}
+# Settings that tell which library runs: each the first release that
+# registers it.
+SETTING_SINCE = {"0.2.0": "pg_idgen.allow_max_id_decrease", "0.3.0": "pg_idgen.snowflake_database",
+                 CURRENT: "pg_idgen.max_tags_per_database"}
 
 
 def pg_config(flag):
@@ -130,6 +131,9 @@ def test_a_0_1_0_database_updates_in_place_and_repeats_nothing(make_cluster, lib
     assert extversion(c, db) == [("0.2.0",)]
     ids += draw_plain(c, db, "orders", 500)
     flakes += draw_snowflakes(c, 200, dbname=db)
+    c.sql("ALTER EXTENSION pg_idgen UPDATE TO '0.3.0'", dbname=db)
+    assert extversion(c, db) == [("0.3.0",)]
+    ids += draw_plain(c, db, "orders", 500)
     c.sql("ALTER EXTENSION pg_idgen UPDATE", dbname=db)
     assert extversion(c, db) == [(CURRENT,)]
     # What 0.2.0 added is there: max_id can no longer move back.
@@ -138,7 +142,7 @@ def test_a_0_1_0_database_updates_in_place_and_repeats_nothing(make_cluster, lib
     assert getattr(refused.value, "sqlstate", None) == "23514"
     ids += draw_plain(c, db, "orders", 500)
     flakes += draw_snowflakes(c, 200, dbname=db)
-    assert len(ids) == 2000
+    assert len(ids) == 2500
     assert_unique(ids)
     assert_unique(flakes)
     assert_increasing(flakes)

@@ -9,7 +9,7 @@ import subprocess
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
-RELEASES = {"0.1.0": "8c4bf95", "0.2.0": "0a85b84"}
+RELEASES = {"0.1.0": "8c4bf95", "0.2.0": "0a85b84", "0.3.0": "c70e8f9"}
 
 
 def pg_config_value(pg_config, flag):
