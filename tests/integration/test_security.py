@@ -304,3 +304,92 @@ def test_drawing_snowflake_ids_needs_a_grant_as_nextval_does(lc):
             "SELECT snowflake_nextval() FROM generate_series(1, 2)"))
         assert second > first
         assert conn.execute("SELECT snowflake_js_nextval() < 2^53").fetchone() == (True,)
+
+
+# ---------------------------------------------------------------------------
+# What already held when issue 34 was filed, kept as tests so it stays held.
+
+HOSTILE_TAGS = ["o'); DROP TABLE id_segment; --", "back\\slash'", "$$dollar$$", "é" * 32, 'quote"ident']
+
+
+def test_hostile_tag_and_server_names_are_data_never_sql(make_cluster):
+    """Tags and a foreign server name with quotes, backslashes, dollar
+    quotes and the full 64 bytes of UTF-8 go through segment_create,
+    segment_attach, the refill worker's SQL and segment_drop as values:
+    every tag draws its own IDs, and id_segment on both sides is intact."""
+    central = make_cluster()
+    central.start()
+    central.sql("CREATE EXTENSION pg_idgen")
+    shard = make_cluster(conf=["pg_idgen.machine_id = 1"])
+    shard.start()
+    shard.sql("CREATE EXTENSION pg_idgen")
+    server = 'cent\'ral"$$x'
+    quoted = '"cent\'ral""$$x"'
+    for statement in [
+        "CREATE EXTENSION postgres_fdw",
+        f"CREATE SERVER {quoted} FOREIGN DATA WRAPPER postgres_fdw OPTIONS (host '{central.dir}', "
+        f"port '{central.port}', dbname 'postgres', connect_timeout '2', options '{PINNED}')",
+        f"CREATE USER MAPPING FOR CURRENT_USER SERVER {quoted} OPTIONS (user 'postgres')",
+    ]:
+        shard.sql(statement)
+    for tag in HOSTILE_TAGS:
+        central.sql("SELECT segment_create(%s, step => 10)", (tag,))
+        shard.sql("SELECT segment_create(%s, step => 10)", (f"l {tag[:20]}",))
+        shard.sql("SELECT segment_attach(%s, %s)", (tag, server))
+    with session(shard, "postgres") as conn:
+        for tag in HOSTILE_TAGS:
+            remote = [r[0] for r in conn.execute("SELECT segment_nextval(%s) FROM generate_series(1, 50)", (tag,))]
+            local = [r[0] for r in conn.execute("SELECT segment_nextval(%s) FROM generate_series(1, 50)",
+                                                (f"l {tag[:20]}",))]
+            assert remote == sorted(set(remote)) and local == list(range(1, 51)), (tag, remote, local)
+    assert sorted(r[0] for r in central.sql("SELECT biz_tag FROM id_segment")) == sorted(HOSTILE_TAGS)
+    assert all(m >= 50 for m, in central.sql("SELECT max_id FROM id_segment"))
+    for tag in HOSTILE_TAGS:
+        shard.sql("SELECT segment_drop(%s)", (tag,))
+    assert shard.sql("SELECT count(*) FROM id_segment") == [(len(HOSTILE_TAGS),)]
+
+
+def test_the_application_role_is_refused_every_change_of_the_allocator(lc):
+    """The role the docs give EXECUTE on segment_nextval: 42501 on attach,
+    accept and the guard's override, as on create, drop and setval
+    (tests/regress/sql/privileges.sql)."""
+    lc.sql("CREATE EXTENSION IF NOT EXISTS pg_idgen")
+    db = lc.new_database()
+    lc.sql("SELECT segment_create('guarded')", dbname=db)
+    lc.sql("DROP ROLE IF EXISTS idgen_app2; CREATE ROLE idgen_app2 LOGIN")
+    lc.sql("GRANT EXECUTE ON FUNCTION segment_nextval(text) TO idgen_app2", dbname=db)
+    with lc.connect(db) as conn:
+        conn.execute("SET ROLE idgen_app2")
+        for statement in ("SELECT segment_attach('guarded', 'anywhere')",
+                          "SELECT segment_central_accept()",
+                          "SET pg_idgen.allow_max_id_decrease = on",
+                          "UPDATE id_segment SET max_id = 0"):
+            with pytest.raises(errors.InsufficientPrivilege):
+                conn.execute(statement)
+        assert conn.execute("SELECT segment_nextval('guarded')").fetchone() == (1,)
+
+
+def test_monitoring_roles_see_no_password_options_or_paths(make_cluster):
+    central = make_cluster()
+    central.start()
+    central.sql("CREATE EXTENSION pg_idgen")
+    central.sql("SELECT segment_create('orders', step => 10)")
+    shard = make_cluster(conf=["pg_idgen.machine_id = 1"])
+    shard.start()
+    shard.sql("CREATE EXTENSION pg_idgen")
+    for statement in [
+        "CREATE EXTENSION postgres_fdw",
+        f"CREATE SERVER central FOREIGN DATA WRAPPER postgres_fdw OPTIONS (host '{central.dir}', "
+        f"port '{central.port}', dbname 'postgres', connect_timeout '2', options '{PINNED}')",
+        "CREATE USER MAPPING FOR CURRENT_USER SERVER central OPTIONS (user 'postgres', password 'sesame-42')",
+        "SELECT segment_attach('orders', 'central')",
+        "CREATE ROLE watcher LOGIN IN ROLE pg_monitor",
+    ]:
+        shard.sql(statement)
+    with psycopg.connect(host=shard.dir, user="watcher", dbname="postgres", autocommit=True) as conn:
+        shard.sql("SELECT segment_nextval('orders')")
+        seen = repr(conn.execute("SELECT * FROM segment_status").fetchall()) \
+            + repr(conn.execute("SELECT * FROM snowflake_status").fetchall())
+    assert "central" in seen
+    for secret in ("sesame-42", "synchronous_commit", "lock_timeout", central.dir, shard.dir):
+        assert secret not in seen, secret
