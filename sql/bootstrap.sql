@@ -86,6 +86,21 @@ CREATE TABLE id_segment_detached (
 COMMENT ON TABLE id_segment_detached IS 'pg_idgen: attached segment tags dropped here, with the largest central max_id taken below';
 SELECT pg_catalog.pg_extension_config_dump('id_segment_detached', '');
 
+-- On a Citus worker: the tags whose ranges come from the coordinator's
+-- id_segment (src/segment/citus_source.rs), with the largest coordinator
+-- max_id this node took IDs below — a coordinator row below it went back,
+-- and the coordinator refuses the refill. Empty on the coordinator.
+CREATE TABLE id_segment_citus (
+    biz_tag     varchar(64) PRIMARY KEY,
+    max_id_seen bigint      NOT NULL,
+    updated_at  timestamptz NOT NULL DEFAULT now()
+);
+COMMENT ON TABLE id_segment_citus IS 'pg_idgen: on a Citus worker, the tags drawn from the coordinator, with the largest coordinator max_id taken below';
+COMMENT ON COLUMN id_segment_citus.biz_tag IS 'the segment tag';
+COMMENT ON COLUMN id_segment_citus.max_id_seen IS 'the largest coordinator max_id this node took IDs below: a coordinator row below it went back';
+COMMENT ON COLUMN id_segment_citus.updated_at IS 'when the last refill from the coordinator raised it';
+SELECT pg_catalog.pg_extension_config_dump('id_segment_citus', '');
+
 -- Where this server is, for the servers attached to it (segment_attach
 -- reads it through postgres_fdw; every refill checks it): which cluster,
 -- which WAL timeline (the first 8 hex digits of the current WAL file's

@@ -5,7 +5,9 @@
 -- Creating and dropping tags also needs write access to id_segment itself.
 REVOKE ALL ON FUNCTION segment_nextval(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION segment_nextval(text, int) FROM PUBLIC;
-REVOKE ALL ON FUNCTION segment_create(text, bigint, int) FROM PUBLIC;
+REVOKE ALL ON FUNCTION segment_create(text, bigint, int, boolean) FROM PUBLIC;
+-- Citus: what a worker's refill asks the coordinator (src/segment/citus_source.rs).
+REVOKE ALL ON FUNCTION segment_citus_range(text, bigint, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION segment_drop(text, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION segment_setval(text, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION segment_attach(text, text, text, text) FROM PUBLIC;
@@ -89,7 +91,8 @@ CREATE TRIGGER snowflake_high_water_never_decreases
 -- tools that read pg_description (tests/integration/test_segment.py checks
 -- that none is missing).
 COMMENT ON FUNCTION segment_nextval(text, int) IS 'pg_idgen: n IDs of a segment tag, increasing, taken from shared memory a block at a time';
-COMMENT ON FUNCTION segment_create(text, bigint, int) IS 'pg_idgen: adds a segment tag (its row in id_segment); the first ID handed out is start';
+COMMENT ON FUNCTION segment_create(text, bigint, int, boolean) IS 'pg_idgen: adds a segment tag (its row in id_segment); the first ID handed out is start; refused on a Citus worker unless forced';
+COMMENT ON FUNCTION segment_citus_range(text, bigint, bigint) IS 'pg_idgen: on the Citus coordinator, a range of a tag for a worker''s refill';
 COMMENT ON FUNCTION segment_drop(text, boolean) IS 'pg_idgen: removes a segment tag (or its attachment) and the IDs cached for it; refused while a column default uses it, unless forced';
 COMMENT ON FUNCTION segment_attach(text, text, text, text) IS 'pg_idgen: from now on the tag''s ranges come from a central server''s id_segment through postgres_fdw';
 COMMENT ON FUNCTION segment_reserve(text, int) IS 'pg_idgen: n IDs of a segment tag at once, as blocks (first, last), for a cache in the application';

@@ -141,6 +141,42 @@ pub enum IdgenError {
         waited_ms: i64,
         why: String,
     },
+    /// `pg_idgen.machine_id = 'citus'` and the node has no usable group:
+    /// in no Citus cluster yet (`group` -1), or one that does not fit.
+    SnowflakeNoCitusGroup {
+        waited_ms: i64,
+        group: i64,
+        machine_bits: u32,
+        why: String,
+    },
+    /// A Citus worker's refill: the coordinator did not answer (Citus's
+    /// `run_command_on_coordinator` failed: `message` is its text).
+    CitusCoordinatorFailed {
+        tag: String,
+        message: String,
+    },
+    /// A Citus worker's refill: the coordinator refused it.
+    CitusCoordinatorRefused {
+        tag: String,
+        sqlstate: i32,
+        message: String,
+        hint: String,
+    },
+    /// A Citus worker's tag has no row on the coordinator either.
+    CitusTagMissing {
+        tag: String,
+    },
+    /// `segment_create` on a Citus worker, not forced.
+    CitusCreateOnWorker {
+        tag: String,
+    },
+    /// `segment_citus_range` called on a node that is not the coordinator.
+    CitusNotCoordinator,
+    /// A Citus function asked to distribute one of the extension's tables.
+    CitusExtensionTable {
+        table: String,
+        function: String,
+    },
     /// The lease keeper cannot use the central server's clock (raised in
     /// its claim's or renewal's transaction, which it rolls back).
     LeaseCentralClock {
@@ -680,6 +716,16 @@ impl IdgenError {
             IdgenError::SnowflakeKeeperSlow { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             IdgenError::SnowflakeMarkNotLogged { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             IdgenError::SnowflakeNoLease { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            IdgenError::CitusCoordinatorFailed { .. } => ERRCODE_CONNECTION_EXCEPTION,
+            IdgenError::CitusCoordinatorRefused { sqlstate, .. } => PgSqlErrorCode::from(*sqlstate),
+            IdgenError::CitusTagMissing { .. } => ERRCODE_UNDEFINED_OBJECT,
+            IdgenError::CitusCreateOnWorker { .. } => ERRCODE_FEATURE_NOT_SUPPORTED,
+            IdgenError::CitusNotCoordinator => ERRCODE_FEATURE_NOT_SUPPORTED,
+            IdgenError::CitusExtensionTable { .. } => ERRCODE_FEATURE_NOT_SUPPORTED,
+            IdgenError::SnowflakeNoCitusGroup { group, .. } if *group >= 0 => {
+                ERRCODE_INVALID_PARAMETER_VALUE
+            }
+            IdgenError::SnowflakeNoCitusGroup { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             IdgenError::SnowflakeLeaseCeiling { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             IdgenError::LeaseCentralClock { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             IdgenError::LeaseTableRefused { why, .. } => match why {
@@ -852,6 +898,30 @@ impl IdgenError {
             ),
             IdgenError::SnowflakeNoLease { waited_ms, why } => format!(
                 "this server holds no snowflake machine id lease (waited {waited_ms} ms): {why}"
+            ),
+            IdgenError::SnowflakeNoCitusGroup { waited_ms, group, machine_bits, why } => match group {
+                g if *g >= 0 => format!(
+                    "this node's Citus group id {g} does not fit in pg_idgen.snowflake_machine_bits = {machine_bits}, so it cannot be its snowflake machine id (pg_idgen.machine_id = 'citus')"
+                ),
+                _ => format!(
+                    "this node has no Citus group to use as its snowflake machine id yet (waited {waited_ms} ms): {why}"
+                ),
+            },
+            IdgenError::CitusCoordinatorFailed { tag, message } => format!(
+                "the Citus coordinator did not answer a refill of segment tag \"{tag}\": {message}"
+            ),
+            IdgenError::CitusCoordinatorRefused { tag, message, .. } => format!(
+                "the Citus coordinator refused a refill of segment tag \"{tag}\": {message}"
+            ),
+            IdgenError::CitusTagMissing { tag } => format!(
+                "segment tag \"{tag}\" does not exist on the Citus coordinator, where this worker takes its ranges"
+            ),
+            IdgenError::CitusCreateOnWorker { tag } => format!(
+                "segment tag \"{tag}\" cannot be created on a Citus worker: on Citus every node draws a tag from the coordinator's id_segment"
+            ),
+            IdgenError::CitusNotCoordinator => "segment_citus_range() answers a Citus worker's refill, on the coordinator only".into(),
+            IdgenError::CitusExtensionTable { table, function } => format!(
+                "{function}() cannot take pg_idgen's table \"{table}\": each Citus node keeps the extension's tables local — the workers draw segment IDs from the coordinator's id_segment, and each node's snowflake mark is its own"
             ),
             IdgenError::LeaseCentralClock { problem } => problem.clone(),
             IdgenError::LeaseTableRefused { setting, value, why } => match why {
@@ -1099,6 +1169,20 @@ impl IdgenError {
             IdgenError::SnowflakeKeeperNotRunning { .. } => "Check the server log for why the \"pg_idgen snowflake keeper\" background worker exited or did not start; the postmaster restarts it 1 s after it exits. If no worker slot is free, raise max_worker_processes and restart the server.".into(),
             IdgenError::SnowflakeStateNotWritten { .. } => "Free space, or fix the permissions, in the data directory; snowflake IDs resume as soon as the keeper can write the file (the server log has its WARNING).".into(),
             IdgenError::SnowflakeNoLease { .. } => "pg_idgen.machine_id = 'lease': the lease keeper takes a machine id from pg_idgen.lease_table (in pg_idgen.lease_database) and renews it; the message says why it holds none (also in snowflake_status.lease_problem and the server log, \"pg_idgen lease keeper\"), and how to mend it.".into(),
+            IdgenError::SnowflakeNoCitusGroup { group, .. } if *group >= 0 => "Give every node of the Citus cluster enough machine bits (pg_idgen.snowflake_machine_bits, with as many fewer sequence bits, the same on every node; a restart), or set this node's pg_idgen.machine_id to a number no other node uses.".into(),
+            IdgenError::SnowflakeNoCitusGroup { .. } => "pg_idgen.machine_id = 'citus' takes the node's group id from Citus's metadata in pg_idgen.snowflake_database, once the node is in a Citus cluster: on the coordinator, add this node (SELECT citus_add_node('<host>', <port>)), or on a coordinator, SELECT citus_set_coordinator_host('<host>', <port>). Citus must be installed in pg_idgen.snowflake_database (CREATE EXTENSION citus).".into(),
+            IdgenError::CitusCoordinatorFailed { .. } => "Check that the coordinator is up and reachable from this node with Citus's own settings (SELECT * FROM citus_check_cluster_node_health()); the tag's sessions go on with the IDs cached here meanwhile, and refills are retried.".into(),
+            IdgenError::CitusCoordinatorRefused { hint, .. } => format!("On the coordinator: {hint}"),
+            IdgenError::CitusTagMissing { tag } => format!(
+                "Create it on the coordinator, where every node takes its ranges from: SELECT segment_create({}); — on the coordinator, not here.",
+                quote_literal(tag)
+            ),
+            IdgenError::CitusCreateOnWorker { tag } => format!(
+                "Create it on the coordinator: SELECT segment_create({}); — every worker then draws it with no step of its own. To give this worker an ID space of its own anyway, add force => true.",
+                quote_literal(tag)
+            ),
+            IdgenError::CitusNotCoordinator => "Nothing to do: the refill workers of Citus workers call it on the coordinator.".into(),
+            IdgenError::CitusExtensionTable { .. } => "Leave it a local table: create tags on the coordinator (SELECT segment_create(...)), and every node draws them with no set-up of its own.".into(),
             IdgenError::LeaseCentralClock { .. } => format!("Create on the central server, beside the lease table, {CLOCK_VIEW_SQL}; and keep its clock and every leasing server's right (NTP)."),
             IdgenError::LeaseTableRefused { setting, why, .. } => match why {
                 LeaseTableProblem::NotQualified => format!(

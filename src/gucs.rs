@@ -259,8 +259,8 @@ pub fn register_snowflake(hooks: &CheckHooks) {
     unsafe {
         GucRegistry::define_string_guc_with_hooks(
             c"pg_idgen.machine_id",
-            c"Machine id in snowflake IDs: a number, 'hostname' for the trailing number of the host name, or 'lease'.",
-            c"Every server handing out snowflake IDs must have its own; unset (the default), snowflake_nextval() refuses. 'hostname' suits Kubernetes StatefulSets: pod pg-3 gets 3. 'lease' takes one from a table on a central server.",
+            c"Machine id in snowflake IDs: a number, 'hostname' for the trailing number of the host name, 'lease', or 'citus'.",
+            c"Every server handing out snowflake IDs must have its own; unset (the default), snowflake_nextval() refuses. 'hostname' suits Kubernetes StatefulSets: pod pg-3 gets 3. 'lease' takes one from a table on a central server. 'citus' uses the node's Citus group id (the coordinator's is 0).",
             &MACHINE_ID,
             GucContext::Postmaster,
             GucFlags::default(),

@@ -6,7 +6,8 @@
 //! folder that `cargo pgrx test` needs. See `segment` for segment IDs,
 //! `snowflake` for snowflake IDs and `base62` for short codes; both wings
 //! share `errors` (every report), `gucs` (every setting), `catalog`
-//! (quoting and catalog look-ups), `bgworker` (what every worker does),
+//! (quoting and catalog look-ups), `citus` (this node's place in a Citus
+//! cluster), `bgworker` (what every worker does),
 //! `remote_session` (what a central server's session must pin) and
 //! `shmem` (the shared-memory hooks).
 
@@ -16,6 +17,7 @@ pub mod base62;
 mod base62_sql;
 mod bgworker;
 mod catalog;
+mod citus;
 pub mod errors;
 mod failpoints;
 pub mod gucs;
@@ -54,6 +56,7 @@ pub extern "C-unwind" fn _PG_init() {
     // A bad snowflake setting raises here, which stops the server start.
     snowflake::config::load_config();
     shmem::install_hooks();
+    citus::install_guard();
     segment::lifecycle::install_hook();
     // pg_upgrade starts the servers in binary-upgrade mode to move the
     // catalogs: no ID is issued then, and a keeper connected to a database

@@ -27,6 +27,7 @@
 //! which the central row means the central server went back).
 //! The refill itself is the distributor's (`distributor.rs`, "Sources").
 
+use super::citus_source;
 use super::created_here;
 use super::default_check::tag_uses;
 use super::distributor::{read_origin, record_position, recorded_of_server};
@@ -40,20 +41,31 @@ use crate::remote_session;
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 
-/// `segment_create(tag, start => 1, step => 1000)`: adds the tag's row to
-/// `id_segment`, so that its first ID is `start`.
+/// `segment_create(tag, start => 1, step => 1000, force => false)`: adds
+/// the tag's row to `id_segment`, so that its first ID is `start`. On a
+/// Citus worker it is refused unless forced: there every node draws a tag
+/// from the coordinator's row (`citus_source.rs`), and a row of the
+/// worker's own would start a second ID space.
 #[pg_extern(volatile, parallel_unsafe)]
 fn segment_create(
     tag: Option<&str>,
     start: default!(Option<i64>, 1),
     step: default!(Option<i32>, 1000),
+    force: default!(Option<bool>, false),
     fcinfo: pg_sys::FunctionCallInfo,
 ) {
     registry_or_raise();
     let tag = required(tag, "segment tag");
     let start = required(start, "start");
     let step = required(step, "step");
+    let force = required(force, "force");
     check_tag(tag.as_bytes());
+    if !force && citus_source::serves_missing_tags() {
+        IdgenError::CitusCreateOnWorker {
+            tag: tag.to_string(),
+        }
+        .raise();
+    }
     if start < 1 {
         IdgenError::BadStart { start }.raise();
     }

@@ -12,7 +12,8 @@
 //!   that does not exist then gets a WARNING — a tag created later in the
 //!   same transaction counts. Skipped under `check_function_bodies = off`,
 //!   which `pg_dump`'s scripts set: a restore creates tables before it
-//!   loads `id_segment`. The look runs in an internal subtransaction and
+//!   loads `id_segment`; and on a Citus worker, whose tags are the
+//!   coordinator's (the shard tables Citus creates carry the defaults). The look runs in an internal subtransaction and
 //!   takes no lock it would wait for, so it never fails or stalls the
 //!   commit; the event trigger's function is `SECURITY DEFINER`, so no
 //!   role's DDL fails for want of a grant on the extension.
@@ -305,6 +306,12 @@ fn warn_about_missing_tags(pending: &[(u32, u32)]) {
 }
 
 fn warn_in_snapshot(pending: &[(u32, u32)]) {
+    // On a Citus worker a tag without a row here is the coordinator's
+    // (`citus_source.rs`): the shard tables Citus creates with the
+    // distributed table's defaults are not a user's typo.
+    if super::citus_source::serves_missing_tags() {
+        return;
+    }
     let mut tables: Vec<u32> = pending.iter().map(|&(_, table)| table).collect();
     tables.sort_unstable();
     tables.dedup();

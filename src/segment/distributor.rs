@@ -81,6 +81,7 @@
 //! transaction's `search_path` is `pg_catalog, pg_temp`, so no object a user
 //! creates can change what these statements do.
 
+use super::citus_source;
 use super::fence::{
     parse_lsn, refusal, relevant, Acceptance, Candidate, CentralPosition, CentralTable, Lsn,
     Recorded,
@@ -88,7 +89,7 @@ use super::fence::{
 use super::policy::{granted_range, plan_range, RefillProblem};
 use super::registry::{GiveBack, WorkerKey};
 use super::tag;
-use crate::catalog::as_owner;
+use crate::catalog::{as_owner, quote_identifier, table_schema};
 use crate::errors::IdgenError;
 use crate::failpoints::failpoint;
 use crate::remote_session;
@@ -408,14 +409,56 @@ pub fn take_range(
             *central_server = Some(remote.server.clone());
             return take_remote_range(client, &table, remote, tag, steps, bound_table, handed_out);
         }
+        if lane == WorkerKey::CITUS {
+            return take_from_citus_coordinator(client, &table, tag, steps, handed_out);
+        }
         if lane != WorkerKey::LOCAL {
             return Ok(Err(RefillProblem::ServedByAnotherLane {
                 lane: WorkerKey::LOCAL,
             }));
         }
         let handed_out = handed_out.filter(|_| bound_table == 0 || bound_table == table.oid);
-        as_owner(table.owner, || cas(client, &table, tag, steps, handed_out))
+        let taken = as_owner(table.owner, || cas(client, &table, tag, steps, handed_out))?;
+        if matches!(taken, Err(RefillProblem::NoRow)) && citus_source::serves_missing_tags() {
+            // A Citus worker: the tag is the coordinator's.
+            return Ok(Err(RefillProblem::ServedByAnotherLane {
+                lane: WorkerKey::CITUS,
+            }));
+        }
+        Ok(taken)
     })
+}
+
+/// A Citus worker's refill of a tag with no row here, from the coordinator
+/// (`citus_source.rs`), as the local table's owner; a tag that got a row
+/// here meanwhile goes back to the local lane.
+fn take_from_citus_coordinator(
+    client: &mut SpiClient<'_>,
+    table: &Table,
+    tag: &str,
+    steps: u64,
+    handed_out: Option<i64>,
+) -> Result<Result<Granted, RefillProblem>, pgrx::spi::Error> {
+    let has_row = !client
+        .select(
+            &format!(
+                "SELECT FROM {} WHERE biz_tag OPERATOR(pg_catalog.=) $1",
+                table.qualified_name
+            ),
+            Some(1),
+            &[tag.into()],
+        )?
+        .is_empty();
+    if has_row {
+        return Ok(Err(RefillProblem::ServedByAnotherLane {
+            lane: WorkerKey::LOCAL,
+        }));
+    }
+    let schema = quote_identifier(&table_schema(table.oid).unwrap_or_default());
+    as_owner(table.owner, || {
+        citus_source::take(client, &schema, tag, steps, handed_out)
+    })
+    .map(Ok)
 }
 
 /// A remote tag's refill: the CAS on the central row through its foreign

@@ -16,6 +16,8 @@
 //! * `distributor`: the version-CAS on `id_segment` (SPI) — the refill.
 //! * `worker`: the per-database refill worker.
 //! * `tag`: a tag as a backend sees it: its row, its table, its DDL lock.
+//! * `citus_source`: on a Citus worker, ranges from the coordinator's
+//!   `id_segment`; on the coordinator, the answer to such a refill.
 //! * `ddl`: `segment_create`, `segment_drop`, `segment_attach` (a tag
 //!   whose ranges come from a central server through postgres_fdw).
 //! * `created_here`: tags created by the calling transaction.
@@ -28,6 +30,7 @@
 //!   view.
 
 pub mod chain;
+pub mod citus_source;
 pub mod created_here;
 pub mod ddl;
 pub mod default_check;

@@ -129,9 +129,10 @@ pub struct Slot {
     cv: UnsafeCell<pg_sys::ConditionVariable>,
 }
 
-/// Which refill worker: a database's, for its local tags (`lane` 0) or
-/// for the tags attached to one central server (`lane`: the OID of its
-/// postgres_fdw server).
+/// Which refill worker: a database's, for its local tags (`lane` 0), for
+/// the tags attached to one central server (`lane`: the OID of its
+/// postgres_fdw server), or on a Citus worker for the coordinator's tags
+/// (`lane` 1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WorkerKey {
     pub database: u32,
@@ -141,6 +142,10 @@ pub struct WorkerKey {
 impl WorkerKey {
     /// The lane of a database's local tags.
     pub const LOCAL: u32 = 0;
+    /// On a Citus worker, the lane of the tags whose ranges come from the
+    /// coordinator (`citus_source.rs`). No foreign server has OID 1: user
+    /// objects start at 16384.
+    pub const CITUS: u32 = 1;
 
     /// The background worker's argument: both halves in one Datum.
     pub fn to_datum(self) -> pg_sys::Datum {

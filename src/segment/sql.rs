@@ -26,6 +26,7 @@
 //! transaction rolls back the tag never existed.
 
 use super::chain::Taken;
+use super::citus_source;
 use super::created_here;
 use super::registry::{registry_or_raise, Lookup, Registry, Slot, WorkerKey};
 use super::slot_share;
@@ -301,6 +302,9 @@ enum Source {
 fn check_row(table_oid: u32, tag: &[u8]) {
     match row_state(table_oid, tag) {
         RowState::NoTable => IdgenError::ExtensionDropped.raise(),
+        // On a Citus worker the coordinator has the tag's row: its refill
+        // says if it has none (`citus_source.rs`).
+        RowState::Missing if citus_source::serves_missing_tags() => {}
         RowState::Missing => IdgenError::UnknownTag { tag: tag_text(tag) }.raise(),
         RowState::HeldByCaller => IdgenError::RowHeldByCaller { tag: tag_text(tag) }.raise(),
         RowState::AttachedByCaller => IdgenError::AttachedByCaller { tag: tag_text(tag) }.raise(),

@@ -92,6 +92,10 @@ pub fn ensure_running(key: WorkerKey) -> Result<(), IdgenError> {
     }
     let name = match key.lane {
         WorkerKey::LOCAL => format!("{WORKER_TYPE} for database {}", key.database),
+        WorkerKey::CITUS => format!(
+            "{WORKER_TYPE} for database {}, the Citus coordinator",
+            key.database
+        ),
         server => format!(
             "{WORKER_TYPE} for database {}, server {server}",
             key.database

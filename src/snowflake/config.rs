@@ -28,7 +28,11 @@ pub struct SnowflakeConfig {
     /// `pg_idgen.machine_id = 'lease'`: the machine id comes from the lease
     /// keeper (`lease_keeper.rs`).
     pub lease: bool,
-    /// `pg_idgen.machine_id` was set (a number, `hostname` or `lease`).
+    /// `pg_idgen.machine_id = 'citus'`: the machine id is the node's Citus
+    /// group, which the snowflake keeper reads (`keeper.rs`, `citus.rs`).
+    pub citus: bool,
+    /// `pg_idgen.machine_id` was set (a number, `hostname`, `lease` or
+    /// `citus`).
     /// Unset, no snowflake ID is issued: two servers that both forgot it
     /// would share machine id 0.
     pub machine_set: bool,
@@ -87,11 +91,18 @@ fn epoch_problem(text: &str) -> Result<i64, IdgenError> {
     Ok(epoch_ms)
 }
 
+/// Whether `pg_idgen.machine_id = text` gives the machine id at run time
+/// rather than at start: `lease` or `citus`.
+fn given_at_run_time(text: &str) -> bool {
+    let trimmed = text.trim();
+    trimmed.eq_ignore_ascii_case("lease") || trimmed.eq_ignore_ascii_case("citus")
+}
+
 /// The machine id `pg_idgen.machine_id = text` gives under `layout`
-/// (`None`: unset or `lease`), or what is wrong with it.
+/// (`None`: unset, `lease` or `citus`), or what is wrong with it.
 fn machine_problem(text: &str, layout: Option<&Layout>) -> Result<Option<i64>, IdgenError> {
     let trimmed = text.trim();
-    if trimmed.is_empty() || trimmed.eq_ignore_ascii_case("lease") {
+    if trimmed.is_empty() || given_at_run_time(trimmed) {
         return Ok(None);
     }
     let machine = machine_id_from_setting(trimmed, &hostname()).map_err(|problem| {
@@ -99,7 +110,7 @@ fn machine_problem(text: &str, layout: Option<&Layout>) -> Result<Option<i64>, I
             name: "pg_idgen.machine_id",
             value: text.to_string(),
             problem,
-            hint: "Set it to a number, to 'hostname' on hosts named like pg-3, or to 'lease' to lease one from a central server.".into(),
+            hint: "Set it to a number, to 'hostname' on hosts named like pg-3, to 'lease' to lease one from a central server, or to 'citus' for the node's Citus group.".into(),
         }
     })?;
     if let Some(layout) = layout {
@@ -284,7 +295,7 @@ pub fn next_start_problem(setting: impl Fn(&str) -> Option<String>) -> Option<Id
         Err(e) => return Some(e),
     };
     let machine_text = text("pg_idgen.machine_id");
-    if machine_text.trim().eq_ignore_ascii_case("lease") {
+    if given_at_run_time(&machine_text) {
         return None;
     }
     machine_problem(&machine_text, Some(&layout)).err()
@@ -309,6 +320,17 @@ pub fn load_config() {
             layout,
             machine: 0,
             lease: true,
+            citus: false,
+            machine_set: true,
+        });
+        return;
+    }
+    if machine_text.trim().eq_ignore_ascii_case("citus") {
+        let _ = CONFIG.set(SnowflakeConfig {
+            layout,
+            machine: 0,
+            lease: false,
+            citus: true,
             machine_set: true,
         });
         return;
@@ -332,6 +354,7 @@ pub fn load_config() {
         layout,
         machine: machine.unwrap_or(0),
         lease: false,
+        citus: false,
         machine_set: machine.is_some(),
     });
 }

@@ -38,6 +38,7 @@ use super::shared::{snowflake, Snowflake, KEEPER_RESTART};
 use super::state_file::{self, HighWater, Saved};
 use super::wal_mark::{self, MarkProblem};
 use crate::bgworker;
+use crate::citus::{self, Node};
 use crate::errors::IdgenError;
 use crate::gucs;
 use pgrx::bgworkers::{BackgroundWorkerBuilder, BgWorkerStartTime};
@@ -308,8 +309,75 @@ impl Keeper {
                 self.warn_if_a_copy();
             }
             self.floors_raised = true;
+            if config().is_some_and(|c| c.citus) {
+                self.follow_citus_group();
+            }
         }
         self.persist_if_wanted();
+    }
+
+    /// With `pg_idgen.machine_id = 'citus'` (once the floors are raised,
+    /// then once a second): the node's Citus group becomes both
+    /// generators' machine id — the JavaScript-safe one's only where it
+    /// fits its 4 bits. A group that does not fit the main layout is
+    /// refused (callers get 22023); no group yet leaves the generators
+    /// waiting, with why in `lease_problem`. Citus never gives one group
+    /// id to two nodes, so the id is held for good: no ceiling, no
+    /// deadline, and a new group (the node removed and added again) is
+    /// switched to at once.
+    fn follow_citus_group(&self) {
+        let state = self.state;
+        let database = &self.database;
+        let node = match bgworker::in_transaction(KEEPER_TRANSACTION_MIN_MS, citus::node) {
+            Ok(Ok(node)) => node,
+            Ok(Err(e)) => return self.citus_problem(&e.to_string()),
+            Err(e) => return self.citus_problem(&e.message),
+        };
+        let group = match node {
+            Node::NotCitus => {
+                return self.citus_problem(&format!(
+                "Citus is not installed in database \"{database}\" (pg_idgen.snowflake_database)"
+            ))
+            }
+            Node::NotJoined => {
+                return self.citus_problem(&format!(
+                    "this node is in no Citus cluster yet (database \"{database}\" knows no node)"
+                ))
+            }
+            Node::Coordinator | Node::Worker { .. } => i64::from(node.group().unwrap_or(0)),
+        };
+        state.citus_group.store(group, Ordering::Release);
+        if state.main.layout().check_machine(group).is_err() {
+            return self.citus_problem(&format!(
+                "the Citus group id {group} does not fit in pg_idgen.snowflake_machine_bits = {}",
+                state.main.layout().machine_bits
+            ));
+        }
+        if state.lease.machine.load(Ordering::Acquire) != group {
+            let javascript_ok = state.javascript.layout().check_machine(group).is_ok();
+            state.main.take_lease(group, None, i64::MAX, i64::MAX);
+            match javascript_ok {
+                true => state.javascript.take_lease(group, None, i64::MAX, i64::MAX),
+                false => {
+                    state.javascript.drop_lease();
+                }
+            }
+            state.javascript_ok.store(javascript_ok, Ordering::Release);
+            state.lease.machine.store(group, Ordering::Release);
+            state.lease.source.set(&format!(
+                "Citus group {group} (pg_dist_local_group in database \"{database}\")"
+            ));
+            pgrx::log!("pg_idgen snowflake keeper: machine id {group}, this node's Citus group");
+        }
+        state.lease.problem.set("");
+    }
+
+    /// Why `'citus'` gives no machine id now: logged once, and shown.
+    fn citus_problem(&self, problem: &str) {
+        if !self.state.lease.problem.holds(problem) {
+            pgrx::log!("pg_idgen snowflake keeper: {problem}");
+        }
+        self.state.lease.problem.set(problem);
     }
 
     /// The WAL-logged mark (`None`: none committed yet); a problem is
@@ -396,7 +464,7 @@ impl Keeper {
     /// backup's timeline may be a copy beside a running original
     /// (`backup_copy.rs`); with a fixed machine id, say so.
     fn warn_if_a_copy(&self) {
-        let Some(config) = config().filter(|c| !c.lease) else {
+        let Some(config) = config().filter(|c| !c.lease && !c.citus) else {
             return;
         };
         let label = std::fs::read_to_string(self.data_dir.join(BACKUP_LABEL_OLD)).ok();

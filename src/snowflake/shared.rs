@@ -188,7 +188,14 @@ pub struct Snowflake {
     /// or wrote it (Unix ms; -1: none). On a standby: the replayed one.
     wal_mark_unix_ms: AtomicI64,
     /// With `pg_idgen.machine_id = 'lease'`: what the lease keeper holds.
+    /// With `'citus'`: the group id the snowflake keeper gave the
+    /// generators (`machine`), where it comes from (`source`) and why
+    /// there is none (`problem`).
     pub lease: LeaseShared,
+    /// With `pg_idgen.machine_id = 'citus'`: the node's group id as the
+    /// keeper last read it, also one that does not fit the machine bits
+    /// (-1: none read yet, or the node is in no Citus cluster).
+    pub citus_group: AtomicI64,
 }
 
 static SNOWFLAKE: AtomicPtr<Snowflake> = AtomicPtr::new(null_mut());
@@ -294,8 +301,9 @@ pub unsafe fn attach(base: *mut u8, found: bool) {
                 ],
             );
         }
+        let given_at_run_time = config.lease || config.citus;
         let javascript_ok =
-            !config.lease && javascript_layout.check_machine(config.machine).is_ok();
+            !given_at_run_time && javascript_layout.check_machine(config.machine).is_ok();
         // SAFETY: the caller's promise: fresh memory of our size.
         unsafe {
             std::ptr::write(
@@ -314,10 +322,11 @@ pub unsafe fn attach(base: *mut u8, found: bool) {
                     mark_problem: SharedText::new(),
                     wal_mark_unix_ms: AtomicI64::new(-1),
                     lease: LeaseShared::new(),
+                    citus_group: AtomicI64::new(-1),
                 },
             )
         };
-        if config.lease {
+        if given_at_run_time {
             // SAFETY: just written above.
             let written = unsafe { &*state };
             written.main.await_lease();
@@ -446,6 +455,15 @@ impl Snowflake {
                     // once per call and slice.
                     if waited_ms >= max_wait {
                         match refusal {
+                            Refusal::NoLease if config().is_some_and(|c| c.citus) => {
+                                IdgenError::SnowflakeNoCitusGroup {
+                                    waited_ms,
+                                    group: self.citus_group.load(Ordering::Acquire),
+                                    machine_bits: generator.layout().machine_bits,
+                                    why: self.lease_problem(),
+                                }
+                                .raise()
+                            }
                             Refusal::NoLease => IdgenError::SnowflakeNoLease {
                                 waited_ms,
                                 why: self.lease_problem(),

@@ -1,0 +1,164 @@
+"""pg_idgen on Citus: one ID space for distributed and reference tables, on
+every node, by every route Citus has, with no per-node set-up (issue 36).
+
+A coordinator and two workers on 127.0.0.1 (tests/lib/citus_cluster.py),
+a node added mid-test; every ID drawn anywhere goes into one repeat check.
+Where the default runs: Citus evaluates it on the coordinator for INSERT
+... VALUES, multi-row inserts, COPY and INSERT ... SELECT from a local
+source, and on the workers for INSERT ... SELECT from a distributed table
+and for every statement sent to a worker. Citus supports PostgreSQL 16-18:
+on 15 this module is skipped."""
+
+import threading
+
+import psycopg
+import pytest
+from psycopg import errors
+
+from citus_cluster import CitusCluster, citus_available
+from cluster import PG_BIN
+from helpers import assert_unique, wait_for
+
+pytestmark = pytest.mark.skipif(not citus_available(), reason=f"Citus is not built into {PG_BIN} (16-18 only)")
+
+NODE_CONF = ("pg_idgen.refill_timeout = '5s'", "pg_idgen.machine_id = 'citus'")
+
+
+@pytest.fixture(scope="module")
+def citus(make_module_cluster):
+    cluster = CitusCluster(make_module_cluster, workers=2, conf=NODE_CONF)
+    c = cluster.coordinator
+    c.sql("SELECT segment_create('orders', step => 100)")
+    c.sql("SELECT segment_create('refs', step => 50)")
+    c.sql("CREATE TABLE orders (customer_id int NOT NULL, id bigint NOT NULL DEFAULT segment_nextval('orders'), "
+          "flake bigint NOT NULL DEFAULT snowflake_nextval(), note text, PRIMARY KEY (customer_id, id))")
+    c.sql("SELECT create_distributed_table('orders', 'customer_id')")
+    c.sql("CREATE TABLE refs (id bigint PRIMARY KEY DEFAULT segment_nextval('refs'), "
+          "flake bigint NOT NULL DEFAULT snowflake_nextval(), note text)")
+    c.sql("SELECT create_reference_table('refs')")
+    c.sql("CREATE TABLE staging (customer_id int, note text)")   # a local table
+    return cluster
+
+
+def all_ids(node, table, column="id"):
+    return [r[0] for r in node.sql(f"SELECT {column} FROM {table}")]
+
+
+def test_every_route_on_every_node_draws_from_one_id_space(citus):
+    """Each route Citus has, from the coordinator and from each worker,
+    several clients at once: no segment or snowflake ID repeats, and no
+    step was needed on any worker."""
+    c = citus.coordinator
+    routes = [
+        (c, "INSERT INTO orders (customer_id, note) VALUES (1, 'values')"),
+        (c, "INSERT INTO orders (customer_id, note) SELECT g % 50, 'multi' FROM generate_series(1, 200) g"),
+        (c, "INSERT INTO staging SELECT g % 50, 'local' FROM generate_series(1, 300) g"),
+        (c, "INSERT INTO orders (customer_id, note) SELECT customer_id, note FROM staging"),
+        # Evaluated on the workers: INSERT ... SELECT from a distributed table.
+        (c, "INSERT INTO orders (customer_id, note) SELECT customer_id + 1, 'from distributed' FROM orders "
+            "WHERE note = 'local'"),
+        (c, "INSERT INTO refs (note) SELECT 'ref' FROM generate_series(1, 100)"),
+    ]
+    for node, statement in routes:
+        node.sql(statement)
+    with c.connect() as conn:
+        with conn.cursor().copy("COPY orders (customer_id, note) FROM STDIN") as copy:
+            for i in range(500):
+                copy.write_row((i % 70, "copy"))
+    # Statements sent to each worker (Citus runs queries from any node), by
+    # several clients at once.
+    errors_seen = []
+
+    def client(node, n):
+        try:
+            with node.connect() as conn:
+                for i in range(n):
+                    conn.execute("INSERT INTO orders (customer_id, note) SELECT g, 'worker' FROM generate_series(%s::int, %s::int) g",
+                                 (i * 10, i * 10 + 9))
+                    conn.execute("INSERT INTO refs (note) VALUES ('worker')")
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors_seen.append(e)
+
+    threads = [threading.Thread(target=client, args=(node, 20)) for node in citus.nodes for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors_seen == []
+    ids = all_ids(c, "orders")
+    assert len(ids) > 2000
+    assert_unique(ids)
+    assert_unique(all_ids(c, "refs"))
+    assert_unique(all_ids(c, "orders", "flake") + all_ids(c, "refs", "flake"))
+    # One allocator: every ID is below the coordinator's max_id.
+    (max_id,), = c.sql("SELECT max_id FROM id_segment WHERE biz_tag = 'orders'")
+    assert max(ids) <= max_id
+    # No row of id_segment on any worker: nothing was set up there.
+    for worker in citus.workers:
+        assert worker.sql("SELECT count(*) FROM id_segment") == [(0,)]
+
+
+def test_each_node_issues_snowflake_ids_under_its_citus_group(citus):
+    seen = {}
+    for node in citus.nodes:
+        (machine,), = node.sql("SELECT machine_id FROM snowflake_status WHERE generator = 'default'")
+        assert machine == citus.group_of(node)
+        (flake,), = node.sql("SELECT snowflake_nextval()")
+        (parsed,), = node.sql("SELECT machine_id FROM snowflake_parse(%s)", (flake,))
+        seen[node.port] = parsed
+    assert len(set(seen.values())) == len(citus.nodes), seen
+
+
+def test_a_node_added_later_draws_with_no_step_of_its_own(citus):
+    c = citus.coordinator
+    worker = citus.add_worker()
+    c.sql("SELECT citus_rebalance_start(shard_transfer_mode => 'block_writes')")
+    c.sql("SELECT citus_rebalance_wait()")
+    with worker.connect() as conn:
+        for i in range(30):
+            conn.execute("INSERT INTO orders (customer_id, note) SELECT g, 'new node' FROM generate_series(%s::int, %s::int) g",
+                         (1000 + i * 10, 1000 + i * 10 + 9))
+    (machine,), = worker.sql("SELECT machine_id FROM snowflake_status WHERE generator = 'default'")
+    assert machine == citus.group_of(worker)
+    assert_unique(all_ids(c, "orders"))
+    assert_unique(all_ids(c, "orders", "flake") + all_ids(c, "refs", "flake"))
+
+
+def test_a_tag_is_created_on_the_coordinator_not_on_a_worker(citus):
+    worker = citus.workers[0]
+    with pytest.raises(psycopg.Error) as refused:
+        worker.sql("SELECT segment_create('orders')")
+    assert refused.value.sqlstate == "0A000", refused.value
+    assert "coordinator" in refused.value.diag.message_hint
+    # A tag that exists nowhere: the hint names the coordinator, never a
+    # bare segment_create on this node.
+    with pytest.raises(psycopg.Error) as missing:
+        worker.sql("SELECT segment_nextval('nowhere')")
+    assert missing.value.sqlstate == "42704", missing.value
+    assert "on the coordinator" in missing.value.diag.message_hint
+    # Forced, a worker may keep a tag of its own (its own ID space).
+    worker.sql("SELECT segment_create('worker_only', force => true)")
+    assert worker.sql("SELECT segment_nextval('worker_only')") == [(1,)]
+
+
+def test_id_segment_cannot_be_distributed(citus):
+    c = citus.coordinator
+    for call in ("create_reference_table('id_segment')", "create_distributed_table('id_segment', 'biz_tag')"):
+        with pytest.raises(psycopg.Error) as refused:
+            c.sql(f"SELECT {call}")
+        assert refused.value.sqlstate == "0A000", refused.value
+        assert "id_segment" in str(refused.value)
+
+
+def test_distributing_a_table_with_a_segment_default_warns_nothing(citus):
+    c = citus.coordinator
+    c.sql("SELECT segment_create('quiet')")
+    with c.connect() as conn:
+        notices = []
+        conn.add_notice_handler(lambda n: notices.append(n.message_primary))
+        conn.execute("CREATE TABLE quiet (k int, id bigint DEFAULT segment_nextval('quiet'), PRIMARY KEY (k, id))")
+        conn.execute("SELECT create_distributed_table('quiet', 'k')")
+    assert [n for n in notices if "segment" in n] == [], notices
+    for node in citus.nodes:
+        warned = [line for line in node.log().splitlines() if "WARNING" in line and "quiet" in line]
+        assert warned == [], warned
