@@ -716,7 +716,7 @@ impl IdgenError {
             IdgenError::SnowflakeKeeperSlow { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             IdgenError::SnowflakeMarkNotLogged { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             IdgenError::SnowflakeNoLease { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
-            IdgenError::CitusCoordinatorFailed { .. } => ERRCODE_CONNECTION_EXCEPTION,
+            IdgenError::CitusCoordinatorFailed { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             IdgenError::CitusCoordinatorRefused { sqlstate, .. } => PgSqlErrorCode::from(*sqlstate),
             IdgenError::CitusTagMissing { .. } => ERRCODE_UNDEFINED_OBJECT,
             IdgenError::CitusCreateOnWorker { .. } => ERRCODE_FEATURE_NOT_SUPPORTED,

@@ -162,3 +162,96 @@ def test_distributing_a_table_with_a_segment_default_warns_nothing(citus):
     for node in citus.nodes:
         warned = [line for line in node.log().splitlines() if "WARNING" in line and "quiet" in line]
         assert warned == [], warned
+
+
+# ---------------------------------------------------------------------------
+# Failures: each on a cluster of its own, with a small cache on the workers
+# so that a test can run it dry.
+
+SMALL_CACHE = (*NODE_CONF, "pg_idgen.remote_cache_ahead = '1s'", "pg_idgen.max_ids_ahead = 2000",
+               "pg_idgen.refill_timeout = '2s'", "pg_idgen.remote_timeout = '2s'")
+
+
+def small_cluster(make_cluster, workers=2):
+    cluster = CitusCluster(make_cluster, workers=workers, conf=SMALL_CACHE)
+    cluster.coordinator.sql("SELECT segment_create('orders', step => 10)")
+    return cluster
+
+
+def draw_on(node, n, tag="orders"):
+    with node.connect() as conn:
+        return [r[0] for r in conn.execute("SELECT segment_nextval(%s) FROM generate_series(1, %s)", (tag, n))]
+
+
+def test_with_the_coordinator_down_a_worker_serves_its_cache_then_refuses(make_cluster):
+    cluster = small_cluster(make_cluster)
+    worker = cluster.workers[0]
+    drawn = draw_on(worker, 500)
+    cluster.coordinator.stop("fast")
+    refused = None
+    for _ in range(200):
+        try:
+            drawn += draw_on(worker, 100)
+        except psycopg.Error as e:
+            refused = e
+            break
+    assert refused is not None, "the worker kept drawing with the coordinator down"
+    assert refused.sqlstate == "55000", refused
+    assert "coordinator" in str(refused), refused
+    cluster.coordinator.start()
+    assert wait_for(lambda: _draws(worker), timeout=30)
+    drawn += draw_on(worker, 500)
+    for node in cluster.nodes:
+        drawn += draw_on(node, 300)
+    assert_unique(drawn)
+
+
+def _draws(node):
+    try:
+        draw_on(node, 1)
+        return True
+    except psycopg.Error:
+        return False
+
+
+def test_crashes_of_the_coordinator_and_of_a_worker_repeat_nothing(make_cluster):
+    cluster = small_cluster(make_cluster)
+    drawn = []
+    for victim in (cluster.coordinator, cluster.workers[0], cluster.coordinator):
+        for node in cluster.nodes:
+            drawn += draw_on(node, 700)
+        victim.stop("immediate")
+        victim.start()
+        assert wait_for(lambda: all(_draws(node) for node in cluster.nodes), timeout=30)
+    for node in cluster.nodes:
+        drawn += draw_on(node, 700)
+    assert_unique(drawn)
+    (max_id,), = cluster.coordinator.sql("SELECT max_id FROM id_segment WHERE biz_tag = 'orders'")
+    assert max(drawn) <= max_id
+
+
+def test_a_node_removed_and_added_again_repeats_nothing(make_cluster):
+    cluster = small_cluster(make_cluster, workers=1)
+    c = cluster.coordinator
+    c.sql("CREATE TABLE refs (id bigint PRIMARY KEY DEFAULT segment_nextval('orders'), "
+          "flake bigint NOT NULL DEFAULT snowflake_nextval())")
+    c.sql("SELECT create_reference_table('refs')")
+    extra = cluster.add_worker()   # holds no shard of a distributed table
+    groups = [cluster.group_of(extra)]
+
+    def insert_on(node, n=300):
+        with node.connect() as conn:
+            conn.execute("INSERT INTO refs SELECT FROM generate_series(1, %s)", (n,))
+
+    insert_on(extra)
+    insert_on(c)
+    c.sql("SELECT citus_remove_node('127.0.0.1', %s)", (extra.port,))
+    c.sql("SELECT citus_add_node('127.0.0.1', %s)", (extra.port,))
+    groups.append(cluster.group_of(extra))
+    assert groups[1] != groups[0], "Citus gave the node its old group id"
+    assert wait_for(lambda: extra.sql("SELECT machine_id FROM snowflake_status WHERE generator = 'default'")
+                    == [(groups[1],)], timeout=30)
+    insert_on(extra)
+    insert_on(cluster.workers[0])
+    (rows, ids, flakes), = c.sql("SELECT count(*), count(DISTINCT id), count(DISTINCT flake) FROM refs")
+    assert rows == ids == flakes == 1200
