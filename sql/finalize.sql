@@ -195,7 +195,7 @@ COMMENT ON COLUMN segment_status.last_refill_ms IS 'how long the last refill too
 COMMENT ON COLUMN segment_status.last_error IS 'the last refill error, if a refill failed';
 COMMENT ON COLUMN segment_status.worker_pid IS 'the refill worker serving the tag, if running';
 COMMENT ON COLUMN snowflake_status.generator IS 'default (snowflake_nextval) or javascript (snowflake_js_nextval)';
-COMMENT ON COLUMN snowflake_status.machine_id IS 'this server''s machine id';
+COMMENT ON COLUMN snowflake_status.machine_id IS 'this server''s machine id (NULL: none yet, see machine_problem)';
 COMMENT ON COLUMN snowflake_status.time_bits IS 'the layout''s time bits';
 COMMENT ON COLUMN snowflake_status.machine_bits IS 'the layout''s machine bits';
 COMMENT ON COLUMN snowflake_status.sequence_bits IS 'the layout''s sequence bits';
@@ -215,6 +215,7 @@ COMMENT ON COLUMN snowflake_status.lease_server IS 'where the lease comes from';
 COMMENT ON COLUMN snowflake_status.lease_problem IS 'why there is no lease, or the last renewal problem';
 COMMENT ON COLUMN snowflake_status.wal_mark IS 'the mark committed in snowflake_high_water, as the keeper last read or wrote it';
 COMMENT ON COLUMN snowflake_status.wal_mark_problem IS 'why the mark cannot be read or committed (NULL when it can)';
+COMMENT ON COLUMN snowflake_status.machine_problem IS 'why there is no machine id, or why it cannot be trusted (another Citus node has it); NULL when fine';
 
 -- Column defaults that draw from a segment tag (src/segment/default_check.rs):
 -- after CREATE TABLE or ALTER TABLE, a default naming a tag that does not

@@ -46,3 +46,49 @@ CREATE FUNCTION segment_create(tag text, start bigint DEFAULT 1, step int DEFAUL
     LANGUAGE c AS 'MODULE_PATHNAME', 'segment_create_wrapper';
 REVOKE ALL ON FUNCTION segment_create(text, bigint, int, boolean) FROM PUBLIC;
 COMMENT ON FUNCTION segment_create(text, bigint, int, boolean) IS 'pg_idgen: adds a segment tag (its row in id_segment); the first ID handed out is start; refused on a Citus worker unless forced';
+
+-- snowflake_status: machine_id is NULL while there is none, and
+-- machine_problem says why, or that another Citus node has it; a return
+-- type cannot be changed in place, so the function (and the view over it)
+-- are made anew.
+DROP VIEW snowflake_status;
+DROP FUNCTION snowflake_status();
+CREATE FUNCTION snowflake_status() RETURNS TABLE (
+    generator text, machine_id bigint, time_bits int, machine_bits int, sequence_bits int,
+    epoch timestamp with time zone, last_issued timestamp with time zone, lead_ms bigint,
+    persisted_until timestamp with time zone, restarted_above timestamp with time zone,
+    clock_backwards bigint, lead_waits bigint, persist_waits bigint, ids_issued bigint,
+    keeper_pid int, lease_machine_id bigint, lease_until timestamp with time zone,
+    lease_server text, lease_problem text, wal_mark timestamp with time zone,
+    wal_mark_problem text, machine_problem text)
+    STRICT VOLATILE
+    LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_status_rows_wrapper';
+CREATE VIEW snowflake_status AS SELECT * FROM snowflake_status();
+COMMENT ON VIEW snowflake_status IS 'pg_idgen: the cluster''s snowflake generators';
+REVOKE ALL ON snowflake_status FROM PUBLIC;
+REVOKE ALL ON FUNCTION snowflake_status() FROM PUBLIC;
+GRANT SELECT ON snowflake_status TO pg_monitor;
+GRANT EXECUTE ON FUNCTION snowflake_status() TO pg_monitor;
+COMMENT ON FUNCTION snowflake_status() IS 'pg_idgen: the rows of the snowflake_status view';
+COMMENT ON COLUMN snowflake_status.generator IS 'default (snowflake_nextval) or javascript (snowflake_js_nextval)';
+COMMENT ON COLUMN snowflake_status.machine_id IS 'this server''s machine id (NULL: none yet, see machine_problem)';
+COMMENT ON COLUMN snowflake_status.time_bits IS 'the layout''s time bits';
+COMMENT ON COLUMN snowflake_status.machine_bits IS 'the layout''s machine bits';
+COMMENT ON COLUMN snowflake_status.sequence_bits IS 'the layout''s sequence bits';
+COMMENT ON COLUMN snowflake_status.epoch IS 'the layout''s epoch';
+COMMENT ON COLUMN snowflake_status.last_issued IS 'time of the last ID issued';
+COMMENT ON COLUMN snowflake_status.lead_ms IS 'how far that is ahead of the wall clock, ms';
+COMMENT ON COLUMN snowflake_status.persisted_until IS 'the high-water mark recorded: no ID is issued beyond it';
+COMMENT ON COLUMN snowflake_status.restarted_above IS 'the high-water time this run started above (NULL on a first start)';
+COMMENT ON COLUMN snowflake_status.clock_backwards IS 'calls that saw the wall clock behind a time seen before';
+COMMENT ON COLUMN snowflake_status.lead_waits IS 'calls that waited for the wall clock';
+COMMENT ON COLUMN snowflake_status.persist_waits IS 'calls that waited for the keeper to record a new mark';
+COMMENT ON COLUMN snowflake_status.ids_issued IS 'IDs issued since start';
+COMMENT ON COLUMN snowflake_status.keeper_pid IS 'the snowflake keeper, while it runs';
+COMMENT ON COLUMN snowflake_status.lease_machine_id IS 'with machine_id = lease: the id held';
+COMMENT ON COLUMN snowflake_status.lease_until IS 'when this server stops issuing unless it renews';
+COMMENT ON COLUMN snowflake_status.lease_server IS 'where the lease comes from';
+COMMENT ON COLUMN snowflake_status.lease_problem IS 'why there is no lease, or the last renewal problem';
+COMMENT ON COLUMN snowflake_status.wal_mark IS 'the mark committed in snowflake_high_water, as the keeper last read or wrote it';
+COMMENT ON COLUMN snowflake_status.wal_mark_problem IS 'why the mark cannot be read or committed (NULL when it can)';
+COMMENT ON COLUMN snowflake_status.machine_problem IS 'why there is no machine id, or why it cannot be trusted (another Citus node has it); NULL when fine';

@@ -73,6 +73,65 @@ pub fn node() -> Result<Node, pgrx::spi::Error> {
     })
 }
 
+/// What another node of the Citus cluster said of its snowflake machine
+/// id (`namesakes`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Namesake {
+    /// `host:port`, as `pg_dist_node` has it.
+    pub node: String,
+    /// Whether its layout (bits and epoch) is this node's: then their IDs
+    /// can be equal, provably.
+    pub same_layout: bool,
+}
+
+/// The other primary nodes of this Citus cluster whose default snowflake
+/// generator has machine id `machine`, asked through Citus's own
+/// connections (`run_command_on_all_nodes`) in the same database; a node
+/// that does not answer (down, no pg_idgen there) is not counted. `layout`:
+/// this node's machine bits, sequence bits and epoch (Unix ms); `schema`:
+/// the extension's, quoted.
+pub fn namesakes(
+    schema: &str,
+    machine: i64,
+    layout: (u32, u32, i64),
+) -> Result<Vec<Namesake>, pgrx::spi::Error> {
+    let command = format!(
+        "SELECT machine_id::pg_catalog.text OPERATOR(pg_catalog.||) ' ' \
+                OPERATOR(pg_catalog.||) machine_bits OPERATOR(pg_catalog.||) ' ' \
+                OPERATOR(pg_catalog.||) sequence_bits OPERATOR(pg_catalog.||) ' ' \
+                OPERATOR(pg_catalog.||) (EXTRACT(epoch FROM epoch) OPERATOR(pg_catalog.*) 1000)::pg_catalog.int8 \
+           FROM {schema}.snowflake_status WHERE generator OPERATOR(pg_catalog.=) 'default'"
+    );
+    Spi::connect(|client| {
+        let rows = client.select(
+            "SELECT n.nodename OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) n.nodeport, r.result \
+               FROM pg_catalog.run_command_on_all_nodes($1) r \
+               JOIN pg_catalog.pg_dist_node n ON n.nodeid OPERATOR(pg_catalog.=) r.nodeid \
+              WHERE r.success AND n.groupid OPERATOR(pg_catalog.<>) \
+                    (SELECT groupid FROM pg_catalog.pg_dist_local_group LIMIT 1)",
+            None,
+            &[command.into()],
+        )?;
+        let mut found = Vec::new();
+        for row in rows {
+            let (Some(node), Some(answer)) = (row.get::<String>(1)?, row.get::<String>(2)?) else {
+                continue;
+            };
+            let fields: Vec<i64> = answer.split(' ').filter_map(|f| f.parse().ok()).collect();
+            if let [their_machine, bits, sequence, epoch] = fields[..] {
+                if their_machine == machine {
+                    found.push(Namesake {
+                        node,
+                        same_layout: (bits, sequence, epoch)
+                            == (i64::from(layout.0), i64::from(layout.1), layout.2),
+                    });
+                }
+            }
+        }
+        Ok(found)
+    })
+}
+
 /// The Citus functions that make a table distributed, a reference table,
 /// or a Citus local table.
 #[cfg(not(feature = "pg15"))]

@@ -172,6 +172,18 @@ pub enum IdgenError {
     },
     /// `segment_citus_range` called on a node that is not the coordinator.
     CitusNotCoordinator,
+    /// Other nodes of this Citus cluster have this node's snowflake machine
+    /// id: with the same layout (`proven`) their IDs can be equal.
+    SnowflakeMachineIdShared {
+        machine: i64,
+        nodes: Vec<String>,
+        proven: bool,
+    },
+    /// Snowflake IDs refused while `SnowflakeMachineIdShared` is proven
+    /// (`problem`: its message).
+    SnowflakeMachineRefused {
+        problem: String,
+    },
     /// A Citus function asked to distribute one of the extension's tables.
     CitusExtensionTable {
         table: String,
@@ -722,6 +734,11 @@ impl IdgenError {
             IdgenError::CitusCreateOnWorker { .. } => ERRCODE_FEATURE_NOT_SUPPORTED,
             IdgenError::CitusNotCoordinator => ERRCODE_FEATURE_NOT_SUPPORTED,
             IdgenError::CitusExtensionTable { .. } => ERRCODE_FEATURE_NOT_SUPPORTED,
+            IdgenError::SnowflakeMachineIdShared { proven: true, .. } => {
+                ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE
+            }
+            IdgenError::SnowflakeMachineIdShared { .. } => ERRCODE_WARNING,
+            IdgenError::SnowflakeMachineRefused { .. } => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             IdgenError::SnowflakeNoCitusGroup { group, .. } if *group >= 0 => {
                 ERRCODE_INVALID_PARAMETER_VALUE
             }
@@ -920,6 +937,17 @@ impl IdgenError {
                 "segment tag \"{tag}\" cannot be created on a Citus worker: on Citus every node draws a tag from the coordinator's id_segment"
             ),
             IdgenError::CitusNotCoordinator => "segment_citus_range() answers a Citus worker's refill, on the coordinator only".into(),
+            IdgenError::SnowflakeMachineIdShared { machine, nodes, proven } => match proven {
+                true => format!(
+                    "snowflake machine id {machine} is also the machine id of Citus node {} with the same layout: both would issue the same IDs, so neither issues any",
+                    nodes.join(", ")
+                ),
+                false => format!(
+                    "snowflake machine id {machine} is also the machine id of Citus node {} (under another layout)",
+                    nodes.join(", ")
+                ),
+            },
+            IdgenError::SnowflakeMachineRefused { problem } => problem.clone(),
             IdgenError::CitusExtensionTable { table, function } => format!(
                 "{function}() cannot take pg_idgen's table \"{table}\": each Citus node keeps the extension's tables local — the workers draw segment IDs from the coordinator's id_segment, and each node's snowflake mark is its own"
             ),
@@ -1182,6 +1210,7 @@ impl IdgenError {
                 quote_literal(tag)
             ),
             IdgenError::CitusNotCoordinator => "Nothing to do: the refill workers of Citus workers call it on the coordinator.".into(),
+            IdgenError::SnowflakeMachineIdShared { .. } | IdgenError::SnowflakeMachineRefused { .. } => "Give every node of the Citus cluster its own machine id: pg_idgen.machine_id = 'citus' on every node uses each node's Citus group id; or set a number no other node uses. Restart the node you change.".into(),
             IdgenError::CitusExtensionTable { .. } => "Leave it a local table: create tags on the coordinator (SELECT segment_create(...)), and every node draws them with no set-up of its own.".into(),
             IdgenError::LeaseCentralClock { .. } => format!("Create on the central server, beside the lease table, {CLOCK_VIEW_SQL}; and keep its clock and every leasing server's right (NTP)."),
             IdgenError::LeaseTableRefused { setting, why, .. } => match why {

@@ -158,6 +158,7 @@ pub extern "C-unwind" fn pg_idgen_snowflake_keeper_main(_arg: pg_sys::Datum) {
         file_failing: false,
         window_warned: None,
         idle_watches: Default::default(),
+        namesakes_looked_ms: None,
     };
     loop {
         if bgworker::reload_if_asked() {
@@ -229,6 +230,16 @@ fn warn_if_next_start_would_fail() {
     }
 }
 
+/// The quoted schema of pg_idgen in the keeper's database, if it is
+/// installed there.
+fn extension_schema() -> Result<Option<String>, pgrx::spi::Error> {
+    Spi::get_one(
+        "SELECT pg_catalog.quote_ident(n.nspname) FROM pg_catalog.pg_extension e \
+           JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) e.extnamespace \
+          WHERE e.extname OPERATOR(pg_catalog.=) 'pg_idgen'",
+    )
+}
+
 /// An integer setting's text as PostgreSQL's own parser reads it.
 fn pg_int(text: &str) -> Option<i32> {
     let text = std::ffi::CString::new(text).ok()?;
@@ -271,7 +282,21 @@ struct Keeper {
     /// Whether each generator (main, JavaScript-safe) still counts as in
     /// use while no ID is issued: the mark stays ahead through a pause.
     idle_watches: [IdleWatch; 2],
+    /// When (monotonic ms) the other Citus nodes were last asked for their
+    /// machine ids (`look_for_namesakes`).
+    namesakes_looked_ms: Option<i64>,
 }
+
+/// How often a node with a machine id of its own asks the other nodes of
+/// its Citus cluster for theirs: once at start, then every minute (each
+/// look opens a connection to every node).
+const NAMESAKES_EVERY_MS: i64 = 60_000;
+
+/// The longest a look at the other Citus nodes may take, connections
+/// included: less than `pg_idgen.snowflake_persist_ahead`'s default, so
+/// that callers do not wait for a mark meanwhile (the mark is committed
+/// first).
+const NAMESAKES_TIMEOUT_MS: i32 = 1_000;
 
 impl Keeper {
     fn step(&mut self) {
@@ -314,6 +339,73 @@ impl Keeper {
             }
         }
         self.persist_if_wanted();
+        self.look_for_namesakes();
+    }
+
+    /// With a machine id of its own (a number or `hostname`) on a node of a
+    /// Citus cluster: asks the other nodes for theirs (`citus::namesakes`)
+    /// at start, then every `NAMESAKES_EVERY_MS`. Another node with the
+    /// same machine id and layout is proof that both can issue the same
+    /// IDs: snowflake IDs are refused here (55000) until one of them gets
+    /// another id, and a WARNING says so; the same id under another layout
+    /// is a WARNING and `snowflake_status.machine_problem` only.
+    fn look_for_namesakes(&mut self) {
+        if !config().is_some_and(|c| c.machine_set && !c.lease && !c.citus) {
+            return;
+        }
+        let now = mono_now_ms();
+        if self
+            .namesakes_looked_ms
+            .is_some_and(|at| now - at < NAMESAKES_EVERY_MS)
+        {
+            return;
+        }
+        self.namesakes_looked_ms = Some(now);
+        let main = self.state.main.layout();
+        let machine = self.state.main.machine();
+        let layout = (main.machine_bits, main.sequence_bits, main.epoch_ms);
+        let found = bgworker::in_transaction(NAMESAKES_TIMEOUT_MS, || {
+            if !matches!(citus::node()?, Node::Coordinator | Node::Worker { .. }) {
+                return Ok(Vec::new());
+            }
+            Spi::connect(|client| {
+                client
+                    .select(
+                        "SELECT pg_catalog.set_config('citus.node_connection_timeout', $1, true)",
+                        None,
+                        &[NAMESAKES_TIMEOUT_MS.to_string().into()],
+                    )
+                    .map(|_| ())
+            })?;
+            let Some(schema) = extension_schema()? else {
+                return Ok(Vec::new());
+            };
+            citus::namesakes(&schema, machine, layout)
+        });
+        let found = match found {
+            Ok(Ok(found)) => found,
+            // Unknown: the other nodes could not be asked now.
+            Ok(Err(_)) | Err(_) => return,
+        };
+        let proven: Vec<String> = found
+            .iter()
+            .filter(|n| n.same_layout)
+            .map(|n| n.node.clone())
+            .collect();
+        let problem = match (proven.is_empty(), found.is_empty()) {
+            (_, true) => None,
+            (false, _) => Some(IdgenError::SnowflakeMachineIdShared {
+                machine,
+                nodes: proven,
+                proven: true,
+            }),
+            (true, false) => Some(IdgenError::SnowflakeMachineIdShared {
+                machine,
+                nodes: found.iter().map(|n| n.node.clone()).collect(),
+                proven: false,
+            }),
+        };
+        self.state.set_machine_problem(problem);
     }
 
     /// With `pg_idgen.machine_id = 'citus'` (once the floors are raised,

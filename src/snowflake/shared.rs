@@ -196,6 +196,11 @@ pub struct Snowflake {
     /// keeper last read it, also one that does not fit the machine bits
     /// (-1: none read yet, or the node is in no Citus cluster).
     pub citus_group: AtomicI64,
+    /// Another node of the Citus cluster has this node's machine id and
+    /// layout (`keeper.rs`): snowflake IDs are refused while it lasts.
+    machine_shared: AtomicBool,
+    /// Why this node's machine id cannot be trusted ("" when it can).
+    machine_problem: SharedText,
 }
 
 static SNOWFLAKE: AtomicPtr<Snowflake> = AtomicPtr::new(null_mut());
@@ -323,6 +328,8 @@ pub unsafe fn attach(base: *mut u8, found: bool) {
                     wal_mark_unix_ms: AtomicI64::new(-1),
                     lease: LeaseShared::new(),
                     citus_group: AtomicI64::new(-1),
+                    machine_shared: AtomicBool::new(false),
+                    machine_problem: SharedText::new(),
                 },
             )
         };
@@ -337,6 +344,42 @@ pub unsafe fn attach(base: *mut u8, found: bool) {
 }
 
 impl Snowflake {
+    /// What the keeper found wrong with the machine id (`None`: nothing):
+    /// a proven namesake refuses IDs from now on; any problem is logged
+    /// once, as a WARNING.
+    pub fn set_machine_problem(&self, problem: Option<IdgenError>) {
+        let proven = matches!(
+            problem,
+            Some(IdgenError::SnowflakeMachineIdShared { proven: true, .. })
+        );
+        self.machine_shared.store(proven, Ordering::Release);
+        let text = problem
+            .as_ref()
+            .map_or(String::new(), |p| p.stored().message);
+        if !self.machine_problem.holds(&text) {
+            if let Some(problem) = problem {
+                problem.warn();
+            }
+        }
+        self.machine_problem.set(&text);
+    }
+
+    /// Raises the proven namesake's error, if there is one (one relaxed
+    /// load in the common case).
+    pub fn refuse_if_machine_shared(&self) {
+        if self.machine_shared.load(Ordering::Relaxed) {
+            IdgenError::SnowflakeMachineRefused {
+                problem: self.machine_problem.get(),
+            }
+            .raise();
+        }
+    }
+
+    /// Why the machine id cannot be used or trusted, for the status view.
+    pub fn machine_problem(&self) -> Option<String> {
+        Some(self.machine_problem.get()).filter(|p| !p.is_empty())
+    }
+
     fn lease_problem(&self) -> String {
         self.lease.problem()
     }

@@ -101,6 +101,7 @@ fn snowflake_nextval() -> i64 {
     let state = snowflake_or_raise();
     refuse_without_machine_id("snowflake_nextval()");
     refuse_during_recovery("snowflake_nextval()");
+    state.refuse_if_machine_shared();
     state.next_id(&state.main)
 }
 
@@ -111,6 +112,7 @@ fn snowflake_js_nextval() -> i64 {
     let state = snowflake_or_raise();
     refuse_without_machine_id("snowflake_js_nextval()");
     refuse_during_recovery("snowflake_js_nextval()");
+    state.refuse_if_machine_shared();
     state.next_id(javascript(state))
 }
 

@@ -1,12 +1,40 @@
 //! `snowflake_status`: one row per generator (the default layout and the
-//! JavaScript-safe one). Reads atomics only.
+//! JavaScript-safe one). Reads atomics only. `machine_id` is NULL while
+//! the generators have none (unset, or a lease or Citus group not given
+//! yet), and `machine_problem` says why — or what is wrong with the one
+//! they have.
 
 use super::clock::{now_unix_ms, to_timestamptz};
+use super::config::config;
 use super::generator::Generator;
-use super::shared::snowflake_or_raise;
+use super::shared::{snowflake_or_raise, Snowflake};
 use pgrx::datum::TimestampWithTimeZone;
 use pgrx::prelude::*;
 use std::sync::atomic::Ordering;
+
+/// Whether the generators have a machine id now, and what is wrong with
+/// it: unset, not given yet (a lease or a Citus group: why), or shared
+/// with another Citus node.
+fn machine_state(state: &Snowflake) -> (bool, Option<String>) {
+    let Some(config) = config() else {
+        return (false, None);
+    };
+    if !config.machine_set {
+        return (
+            false,
+            Some("pg_idgen.machine_id is not set: snowflake_nextval() refuses".into()),
+        );
+    }
+    let given_later = config.lease || config.citus;
+    if given_later && state.lease.machine.load(Ordering::Acquire) < 0 {
+        let why = state
+            .lease
+            .last_problem()
+            .unwrap_or_else(|| "not given yet".into());
+        return (false, Some(why));
+    }
+    (true, state.machine_problem())
+}
 
 // The row type must be spelled out for pgrx to derive the SQL columns.
 #[allow(clippy::type_complexity)]
@@ -15,7 +43,7 @@ fn snowflake_status_rows() -> TableIterator<
     'static,
     (
         name!(generator, String),
-        name!(machine_id, i64),
+        name!(machine_id, Option<i64>),
         name!(time_bits, i32),
         name!(machine_bits, i32),
         name!(sequence_bits, i32),
@@ -35,6 +63,7 @@ fn snowflake_status_rows() -> TableIterator<
         name!(lease_problem, Option<String>),
         name!(wal_mark, Option<TimestampWithTimeZone>),
         name!(wal_mark_problem, Option<String>),
+        name!(machine_problem, Option<String>),
     ),
 > {
     let state = snowflake_or_raise();
@@ -46,6 +75,7 @@ fn snowflake_status_rows() -> TableIterator<
     let lease_until = lease.until_unix_ms.load(Ordering::Acquire);
     let wal_mark = state.wal_mark_unix_ms();
     let wal_mark_problem = state.mark_problem();
+    let (machine_known, machine_problem) = machine_state(state);
     let row = |name: &str, g: &Generator| {
         let layout = g.layout();
         let issued = g.stats.issued.load(Ordering::Relaxed) as i64;
@@ -53,7 +83,7 @@ fn snowflake_status_rows() -> TableIterator<
         let persisted = g.persisted_limit();
         (
             name.to_string(),
-            g.machine(),
+            machine_known.then(|| g.machine()),
             layout.time_bits as i32,
             layout.machine_bits as i32,
             layout.sequence_bits as i32,
@@ -73,6 +103,7 @@ fn snowflake_status_rows() -> TableIterator<
             if leased { lease.last_problem() } else { None },
             wal_mark.map(to_timestamptz),
             wal_mark_problem.clone(),
+            machine_problem.clone(),
         )
     };
     let mut rows = vec![row("default", &state.main)];

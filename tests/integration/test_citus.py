@@ -255,3 +255,44 @@ def test_a_node_removed_and_added_again_repeats_nothing(make_cluster):
     insert_on(cluster.workers[0])
     (rows, ids, flakes), = c.sql("SELECT count(*), count(DISTINCT id), count(DISTINCT flake) FROM refs")
     assert rows == ids == flakes == 1200
+
+
+def test_explicit_machine_ids_shared_by_two_nodes_are_refused_and_told(make_cluster):
+    """Two nodes given the same explicit machine id (a copied
+    configuration): proven by asking the other nodes through Citus, both
+    refuse snowflake IDs (55000 naming the other node), and
+    snowflake_status.machine_problem says so; the third node, with its own
+    id, goes on. Fixed (one restarted with 'citus'), IDs flow again."""
+    ids = {0: 7, 1: 7, 2: 9}
+    conf = ("pg_idgen.refill_timeout = '5s'",)
+    cluster = CitusCluster(make_cluster, workers=2, conf=conf,
+                           node_conf=lambda i: (f"pg_idgen.machine_id = {ids[i]}",))
+    c, w1, w2 = cluster.nodes
+    # The namesake check runs at start, before the nodes joined: restart
+    # both namesakes so that each looks again, now in the cluster.
+    for node in (c, w1):
+        node.restart()
+    for node, other in ((c, w1), (w1, c)):
+        assert wait_for(lambda: node.sql("SELECT machine_problem FROM snowflake_status "
+                                         "WHERE generator = 'default'")[0][0] is not None, timeout=60)
+        with pytest.raises(psycopg.Error) as refused:
+            node.sql("SELECT snowflake_nextval()")
+        assert refused.value.sqlstate == "55000", refused.value
+        assert f"127.0.0.1:{other.port}" in str(refused.value), refused.value
+        assert "machine_id = 'citus'" in refused.value.diag.message_hint
+        assert f"WARNING:  snowflake machine id 7 is also" in node.log()
+    assert w2.sql("SELECT snowflake_nextval() > 0") == [(True,)]
+    assert w2.sql("SELECT machine_problem FROM snowflake_status WHERE generator = 'default'") == [(None,)]
+    w1.append_conf("pg_idgen.machine_id = 'citus'")
+    w1.restart()
+    assert wait_for(lambda: _snowflake_works(w1), timeout=60)
+    c.restart()
+    assert wait_for(lambda: _snowflake_works(c), timeout=60)
+
+
+def _snowflake_works(node):
+    try:
+        node.sql("SELECT snowflake_nextval()")
+        return True
+    except psycopg.Error:
+        return False
