@@ -38,7 +38,7 @@ use super::distributor::Granted;
 use super::policy::RefillProblem;
 use crate::catalog::quote_literal;
 use crate::citus::{self, Node};
-use crate::errors::{refill_problem_report, required, IdgenError};
+use crate::errors::{required, IdgenError};
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 
@@ -198,7 +198,7 @@ fn segment_citus_range(
                 RefillProblem::ServedByAnotherLane { .. } => RefillProblem::NoRow,
                 other => other,
             };
-            let report = refill_problem_report(&problem, tag);
+            let report = problem.stored(tag);
             (
                 None,
                 None,

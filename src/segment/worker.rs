@@ -45,7 +45,7 @@ use super::policy::{self, Prefetcher, RefillProblem};
 use super::registry::{registry, Registry, Slot, SlotIdentity, WorkerKey};
 use crate::bgworker;
 use crate::catalog::database_name;
-use crate::errors::{refill_problem_report, IdgenError, StoredError};
+use crate::errors::{IdgenError, StoredError};
 use crate::failpoints::failpoint;
 use crate::gucs;
 use pgrx::bgworkers::BackgroundWorkerBuilder;
@@ -638,17 +638,12 @@ fn refill(
         RangeTake::Problem(problem) if problem.source_is_gone() => {
             // Tell the callers waiting now, then free the slot: nothing is
             // left to refill it from.
-            store_error(
-                registry,
-                slot,
-                generation,
-                &refill_problem_report(&problem, tag),
-            );
+            store_error(registry, slot, generation, &problem.stored(tag));
             registry.free_generation(index, generation);
             logged.clear(index);
             return Refilled::Gone;
         }
-        RangeTake::Problem(problem) => refill_problem_report(&problem, tag),
+        RangeTake::Problem(problem) => problem.stored(tag),
         RangeTake::Failed(error) => error,
     };
     store_error(registry, slot, generation, &error);

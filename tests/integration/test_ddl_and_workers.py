@@ -46,7 +46,7 @@ def test_a_paused_worker_never_refills_a_slot_another_database_took_over(make_cl
     'y' row too, far away. Released, db1's worker must notice the slot is no
     longer its database's: db1's 'y' row stays untouched, and db2's 'y'
     hands out only IDs from db2's own row."""
-    c = make_cluster(conf=["pg_idgen.max_tags = 16", "pg_idgen.max_ids_ahead = 1"])
+    c = make_cluster(conf=["pg_idgen.max_tags = 16", "pg_idgen.max_tags_per_database = 16", "pg_idgen.max_ids_ahead = 1"])
     c.start()
     db1, db2 = c.new_database(), c.new_database()
     y1_start, y2_start = 5_000_000_000, 1_000_000
@@ -448,7 +448,7 @@ def test_drop_extension_frees_every_slot_of_the_database(make_cluster):
     """Point 10. With max_tags = 16 and 16 tags in use, DROP EXTENSION;
     CREATE EXTENSION: a new tag works (not 53400), so do 15 more, and the
     old tags are gone from segment_status and from segment_drop (42704)."""
-    c = make_cluster(conf=["pg_idgen.max_tags = 16"])
+    c = make_cluster(conf=["pg_idgen.max_tags = 16", "pg_idgen.max_tags_per_database = 16"])
     c.start()
     c.sql("CREATE EXTENSION pg_idgen")
     c.sql("SELECT segment_create('t' || g, step => 10) FROM generate_series(1, 16) g")
@@ -475,7 +475,7 @@ def test_made_up_tags_take_no_slot(make_cluster):
     slot (segment_status has no row for them), so with max_tags = 16 another
     database still gets 16 real tags; and with every slot taken, a made-up
     tag is still 42704, not 53400."""
-    c = make_cluster(conf=["pg_idgen.max_tags = 16"])
+    c = make_cluster(conf=["pg_idgen.max_tags = 16", "pg_idgen.max_tags_per_database = 16"])
     c.start()
     c.sql("CREATE EXTENSION pg_idgen")
     c.sql("CREATE ROLE drawer LOGIN")

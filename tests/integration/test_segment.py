@@ -252,7 +252,7 @@ def test_max_id_moved_backwards_is_refused(one_step_cluster):
 
 
 def test_too_many_tags_for_shared_memory(make_cluster):
-    c = make_cluster(conf=["pg_idgen.max_tags = 16"])
+    c = make_cluster(conf=["pg_idgen.max_tags = 16", "pg_idgen.max_tags_per_database = 16"])
     c.start()
     c.sql("CREATE EXTENSION pg_idgen")
     c.sql("SELECT segment_create('t' || g) FROM generate_series(1, 17) g")

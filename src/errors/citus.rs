@@ -1,0 +1,96 @@
+//! Errors of Citus: a node's machine id from its group (or shared with
+//! another node), a worker's refills from the coordinator, and what a
+//! worker or Citus may not do with the extension's tags and tables. Each
+//! arm declares one error: SQLSTATE, message, hint.
+
+use pgrx::pg_sys::errcodes::PgSqlErrorCode::{self, *};
+
+use super::{misrouted, quote_literal, IdgenError, Report};
+
+/// What to do when two nodes share a machine id.
+const OWN_MACHINE_ID: &str = "Give every node of the Citus cluster its own machine id: pg_idgen.machine_id = 'citus' on every node uses each node's Citus group id; or set a number no other node uses. Restart the node you change.";
+
+/// The report of an error about Citus.
+pub(super) fn report(error: &IdgenError) -> Report {
+    use IdgenError::*;
+    match error {
+        SnowflakeNoCitusGroup { group, machine_bits, .. } if *group >= 0 => Report::new(
+            ERRCODE_INVALID_PARAMETER_VALUE,
+            format!(
+                "this node's Citus group id {group} does not fit in pg_idgen.snowflake_machine_bits = {machine_bits}, so it cannot be its snowflake machine id (pg_idgen.machine_id = 'citus')"
+            ),
+            "Give every node of the Citus cluster enough machine bits (pg_idgen.snowflake_machine_bits, with as many fewer sequence bits, the same on every node; a restart), or set this node's pg_idgen.machine_id to a number no other node uses.",
+        ),
+        SnowflakeNoCitusGroup { waited_ms, why, .. } => Report::new(
+            ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            format!(
+                "this node has no Citus group to use as its snowflake machine id yet (waited {waited_ms} ms): {why}"
+            ),
+            "pg_idgen.machine_id = 'citus' takes the node's group id from Citus's metadata in pg_idgen.snowflake_database, once the node is in a Citus cluster: on the coordinator, add this node (SELECT citus_add_node('<host>', <port>)), or on a coordinator, SELECT citus_set_coordinator_host('<host>', <port>). Citus must be installed in pg_idgen.snowflake_database (CREATE EXTENSION citus).",
+        ),
+        SnowflakeMachineIdShared { machine, nodes, proven: true } => Report::new(
+            ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            format!(
+                "snowflake machine id {machine} is also the machine id of Citus node {} with the same layout: both would issue the same IDs, so neither issues any",
+                nodes.join(", ")
+            ),
+            OWN_MACHINE_ID,
+        ),
+        SnowflakeMachineIdShared { machine, nodes, proven: false } => Report::new(
+            ERRCODE_WARNING,
+            format!(
+                "snowflake machine id {machine} is also the machine id of Citus node {} (under another layout)",
+                nodes.join(", ")
+            ),
+            OWN_MACHINE_ID,
+        ),
+        SnowflakeMachineRefused { problem } => Report::new(
+            ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            problem.clone(),
+            OWN_MACHINE_ID,
+        ),
+        CitusCoordinatorFailed { tag, message } => Report::new(
+            ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            format!("the Citus coordinator did not answer a refill of segment tag \"{tag}\": {message}"),
+            "Check that the coordinator is up and reachable from this node with Citus's own settings (SELECT * FROM citus_check_cluster_node_health()); the tag's sessions go on with the IDs cached here meanwhile, and refills are retried.",
+        ),
+        CitusCoordinatorRefused { tag, sqlstate, message, hint } => Report::new(
+            PgSqlErrorCode::from(*sqlstate),
+            format!("the Citus coordinator refused a refill of segment tag \"{tag}\": {message}"),
+            format!("On the coordinator: {hint}"),
+        ),
+        CitusTagMissing { tag } => Report::new(
+            ERRCODE_UNDEFINED_OBJECT,
+            format!(
+                "segment tag \"{tag}\" does not exist on the Citus coordinator, where this worker takes its ranges"
+            ),
+            format!(
+                "Create it on the coordinator, where every node takes its ranges from: SELECT segment_create({}); — on the coordinator, not here.",
+                quote_literal(tag)
+            ),
+        ),
+        CitusCreateOnWorker { tag } => Report::new(
+            ERRCODE_FEATURE_NOT_SUPPORTED,
+            format!(
+                "segment tag \"{tag}\" cannot be created on a Citus worker: on Citus every node draws a tag from the coordinator's id_segment"
+            ),
+            format!(
+                "Create it on the coordinator: SELECT segment_create({}); — every worker then draws it with no step of its own. To give this worker an ID space of its own anyway, add force => true.",
+                quote_literal(tag)
+            ),
+        ),
+        CitusNotCoordinator => Report::new(
+            ERRCODE_FEATURE_NOT_SUPPORTED,
+            "segment_citus_range() answers a Citus worker's refill, on the coordinator only",
+            "Nothing to do: the refill workers of Citus workers call it on the coordinator.",
+        ),
+        CitusExtensionTable { table, function } => Report::new(
+            ERRCODE_FEATURE_NOT_SUPPORTED,
+            format!(
+                "{function}() cannot take pg_idgen's table \"{table}\": each Citus node keeps the extension's tables local — the workers draw segment IDs from the coordinator's id_segment, and each node's snowflake mark is its own"
+            ),
+            "Leave it a local table: create tags on the coordinator (SELECT segment_create(...)), and every node draws them with no set-up of its own.",
+        ),
+        other => misrouted(other),
+    }
+}
