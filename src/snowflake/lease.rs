@@ -5,8 +5,50 @@
 //! which id to claim, when to renew, when to stop issuing, the floor a
 //! successor starts above. Pure: no PostgreSQL, no clock — the caller
 //! passes monotonic and wall-clock readings in milliseconds, so tests drive
-//! it with fake clocks. Running the statements, and telling the generator
-//! what it may do, is the glue's business.
+//! it with fake clocks (the rules' tests below; the simulation of servers,
+//! clocks and the table in `lease_sim.rs`). Running the statements, and
+//! telling the generator what it may do, is the glue's business
+//! (`lease_keeper.rs`, `generator.rs`).
+//!
+//! # What buys what
+//!
+//! 1. **Every ID is unique**, with any wall clocks, also when the table
+//!    forgets writes: a holder issues only times above every time an
+//!    earlier holder of its machine id could issue. It takes all three
+//!    (proofs: "Why a successor's IDs ..." and "The restore fence"):
+//!    * *the ceiling* — `LeaseSettings::ceiling_unix_ms`, recorded in the
+//!      row's floor by `claim_sql`/`renew_sql` (`GREATEST`), sent by
+//!      `Keeper::write`, handed by `Keeper::apply` to
+//!      `Generator::take_lease`/`renew_lease`; `Generator::next` and
+//!      `next_exact` refuse any time above it (`Refusal::AboveCeiling`);
+//!    * *the version CAS* — `claim_sql`/`renew_sql` (`version = $2`): the
+//!      floor a claim read covers every earlier ceiling, and a holder
+//!      taken over raises none; the claimer starts above that floor
+//!      (`Held::claimed`, `Generator::take_lease`);
+//!    * *the restore fence*, on the central server's clock — `clock_sql`,
+//!      read by `Keeper::write` before the CAS (for the ceiling) and after
+//!      it (for the fence); `CentralClock`, `fence_floor_unix_ms`,
+//!      `Held::claimed`, `Held::renewed` (a renewal that `lapses`),
+//!      `check_central_reading`;
+//!
+//!    and the `layout` check (`LeaseWatch::choose`).
+//! 2. **No two live holders of one machine id**: the holder has stopped
+//!    issuing before a takeover commits. It takes both (proof: "Why the
+//!    holder has stopped ..."):
+//!    * *expiry by observation* — `LeaseWatch::observe` and `choose`
+//!      (`trusted_lease_ms`): a version seen standing still for the
+//!      holder's `lease_ms` on the claimer's monotonic clock, read by
+//!      `Keeper::claim` after the read returned; no wall clock, no `now()`;
+//!    * *the clock-rate margin* — `LeaseSettings::new` (`min_margin_ms`),
+//!      `grant`/`reply_in_time` (`Held::stop_at_mono_ms`, counted from
+//!      before the write was sent), `Generator::next` (`Refusal::NoLease`),
+//!      and `Keeper::step`/`renew`, which stop the generators at the
+//!      deadline and on a lost lease.
+//!
+//! 1 leans on 2 once: a renewal whose CAS lands on a row a restore brought
+//! back is harmless if its reply came before the deadline, as no takeover
+//! comes before it (`Held::lapses`). Every place that enforces one of these
+//! says which in an `// INVARIANT:` comment.
 //!
 //! # The table
 //!
@@ -32,14 +74,12 @@
 //! * Even the central server's clock can step (NTP, an operator), and would
 //!   end every lease early at once.
 //!
-//! So a lease expires by *observation*: a row whose `version` a claimer has
-//! seen unchanged for the holder's `lease_ms`, on the claimer's own
-//! monotonic clock, is expired. Hence `lease_ms` in the row (a claimer waits
-//! the holder's duration, not its own), and no `updated_at` (it would be
-//! the writer's clock). `lease_until` is the holder's own wall-clock
-//! estimate of when it stops, written for people reading the table; no rule
-//! reads it. `layout` makes servers that disagree on the epoch or bit
-//! widths fail clearly instead of sharing machine ids whose IDs overlap.
+//! Hence expiry by observation, `lease_ms` in the row (a claimer waits the
+//! holder's duration, not its own), and no `updated_at` (it would be the
+//! writer's clock). `lease_until` is the holder's own wall-clock estimate
+//! of when it stops, written for people reading the table; no rule reads
+//! it. `layout` makes servers that disagree on the epoch or bit widths
+//! fail clearly instead of sharing machine ids whose IDs overlap.
 //!
 //! # The protocol
 //!
@@ -53,10 +93,9 @@
 //! 2. **Choose** (`LeaseWatch::choose`): the previous id if it is free,
 //!    this start's own, or expired; else a row this start holds (a reply
 //!    that was lost); else the lowest free or expired id; else wait. A
-//!    holder is the server's name and a token of the keeper's start
-//!    (`holder_of_this_start`): a row an earlier start left (a crash) is
-//!    waited out like anyone's, and a live server given the same name
-//!    (a clone) is left alone and reported (`LeaseWatch::namesakes`).
+//!    holder is the server's name and a token of the keeper's start: a
+//!    crashed start's row is waited out, a live namesake's left alone and
+//!    reported (`holder_of_this_start`, `LeaseWatch::namesakes`).
 //! 3. **Claim** (`claim_sql`): CAS on the version read. 0 rows: someone
 //!    else won — read again. The claimer starts above the row's
 //!    `floor_unix_ms` as read (the CAS proves the row did not change since).
@@ -66,9 +105,8 @@
 //! 5. **Give up** (`give_up_sql`) at a clean shutdown, after the generator
 //!    has stopped: the row becomes free, its floor the exact last time
 //!    issued, so a restart (or anyone) claims it at once without watching
-//!    it expire. It matches the row by this start's holder alone: a
-//!    renewal whose reply a fast shutdown cut off may have moved the
-//!    version, and no one else writes under this start's token.
+//!    it expire. It matches the row by this start's holder alone, not
+//!    the version (`give_up_sql` says why).
 //!
 //! A reply is used only if it arrived before the deadline it grants
 //! (`reply_in_time`); a late one still updates the version, so the next
@@ -92,20 +130,20 @@
 //!
 //! # Why a successor's IDs are above every ID of the previous holder
 //!
-//! Each claim and renewal records a *ceiling*, `floor_unix_ms =
-//! GREATEST(floor_unix_ms, c)` with `c` the holder's wall clock when it sent
-//! the request plus `lease_ms - margin` plus its `max_lead`: the latest
-//! time it could give an ID before its deadline with a clock that runs
-//! true (or less: the restore fence below caps it). The holder issues no ID whose time is above the ceiling its last
-//! successful write returned (the glue caps the generator's persisted limit
-//! at it), so a clock stepping forward makes it wait, never overshoot. A
-//! claimer's CAS succeeds only on the version it read, so the floor it read
-//! covers every ceiling any earlier holder used, and it issues only times
-//! above it (`Held::claimed`). This holds with any wall clocks,
-//! and even when two live servers wrongly share a holder name (their
-//! tokens differ, so each keeps to its own rows). The floor is a Unix time; the `layout` check makes all servers
-//! sharing the table use one epoch and one set of bit widths, without
-//! which one machine id could give the same ID at two different times.
+//! The ceiling `c` a claim or renewal records is the holder's wall clock
+//! when it sent the request plus `lease_ms - margin` plus its `max_lead`:
+//! the latest time it could give an ID before its deadline with a clock
+//! that runs true (or less: the restore fence below caps it). The holder
+//! issues no ID whose time is above the ceiling its last successful write
+//! returned, so a clock stepping forward makes it wait, never overshoot. A
+//! claimer's CAS succeeds only on the version it read, so the floor it
+//! read covers every ceiling any earlier holder used, and it issues only
+//! times above it. This holds with any wall clocks, and even when two live
+//! servers wrongly share a holder name (their tokens differ, so each keeps
+//! to its own rows). The floor is a Unix time; the `layout` check makes
+//! all servers sharing the table use one epoch and one set of bit widths,
+//! without which one machine id could give the same ID at two different
+//! times.
 //!
 //! The price: a successor whose clock is behind the old holder's issues
 //! nothing until its clock is within its `max_lead` of the floor.
@@ -175,9 +213,8 @@
 //!   (renew). Tested against PostgreSQL 15, as are the statements.
 //! * Give the generator `Held` once `Held::wait_before_issuing_ms` says so:
 //!   no ID from `stop_at_mono_ms` on, or once a renewal finds the lease
-//!   lost; no time above `ceiling_unix_ms` (cap the persisted limit at
-//!   it); only times above `floor_unix_ms`.
-//! * Give up only after the generator has stopped for good.
+//!   lost; no time above `ceiling_unix_ms` (the generator's own ceiling,
+//!   `Generator::take_lease`); only times above `floor_unix_ms`.
 //! * Seed the rows `0 ..= leased_max_machine_id(layout)` before the first
 //!   claim, and again whenever a read finds fewer (rows deleted by hand).
 //! * Name each server (`holder`) uniquely among live servers, and the same
@@ -226,6 +263,7 @@ pub fn read_sql(table: &str) -> String {
 /// lease_until for people (int8, Unix ms), `$7` layout (text). Returns the
 /// new version and the ceiling recorded; no row: someone else won.
 pub fn claim_sql(table: &str) -> String {
+    // INVARIANT: unique IDs — the version CAS (`version = $2`), the ceiling (`GREATEST`).
     format!(
         "UPDATE {table} SET holder = $3, version = version OPERATOR(pg_catalog.+) 1, \
                 lease_ms = $4, floor_unix_ms = GREATEST(floor_unix_ms, $5), \
@@ -239,6 +277,7 @@ pub fn claim_sql(table: &str) -> String {
 /// holder's last write). Returns the new version and the ceiling recorded;
 /// no row: the lease is lost.
 pub fn renew_sql(table: &str) -> String {
+    // INVARIANT: unique IDs — the version CAS and the ceiling; a row taken over refuses it.
     format!(
         "UPDATE {table} SET version = version OPERATOR(pg_catalog.+) 1, lease_ms = $4, \
                 floor_unix_ms = GREATEST(floor_unix_ms, $5), lease_until = {LEASE_UNTIL_PARAM} \
@@ -522,6 +561,7 @@ impl LeaseSettings {
         if !(MIN_DURATION_MS..=MAX_DURATION_MS).contains(&duration_ms) {
             return Err(LeaseError::BadDuration { duration_ms });
         }
+        // INVARIANT: no two live holders — the clock-rate margin, `m >= 2ρD/(1 + ρ)`.
         let (min_ms, max_ms) = (Self::min_margin_ms(duration_ms), duration_ms / 2);
         if !(min_ms..=max_ms).contains(&margin_ms) {
             return Err(LeaseError::BadMargin {
@@ -563,6 +603,7 @@ impl LeaseSettings {
     /// time. What its own clock allows (the deadline plus `max_lead`),
     /// held to the central clock by the restore fence.
     pub fn ceiling_unix_ms(&self, sent_unix_ms: i64, central_unix_ms: i64) -> i64 {
+        // INVARIANT: unique IDs — the ceiling, held to the central clock by the restore fence.
         let own = sent_unix_ms
             .saturating_add(self.usable_ms())
             .saturating_add(self.max_lead_ms);
@@ -621,6 +662,7 @@ pub fn fence_floor_unix_ms(
     holder_lease_ms: Option<i64>,
     central_unix_ms: i64,
 ) -> i64 {
+    // INVARIANT: unique IDs — the restore fence.
     let span = settings.duration_ms.max(holder_lease_ms.unwrap_or(0));
     central_unix_ms
         .saturating_add(span)
@@ -654,6 +696,7 @@ impl CentralClock {
     /// the highest reading seen (a clock that went back would lower the
     /// fence by as much).
     pub fn fence_base_ms(&self, central_unix_ms: i64) -> i64 {
+        // INVARIANT: unique IDs — the restore fence, above the highest reading.
         self.high_ms
             .map_or(central_unix_ms, |high| high.max(central_unix_ms))
     }
@@ -675,6 +718,7 @@ pub const MAX_CENTRAL_CLOCK_GAP_MS: i64 = 3_600_000;
 /// Whether a central clock reading may be used, this server's clock
 /// reading `local_unix_ms`.
 pub fn check_central_reading(central_unix_ms: i64, local_unix_ms: i64) -> Result<(), LeaseError> {
+    // INVARIANT: unique IDs — the restore fence trusts no reading this far off.
     let gap = central_unix_ms.saturating_sub(local_unix_ms);
     if gap.saturating_abs() <= MAX_CENTRAL_CLOCK_GAP_MS {
         Ok(())
@@ -726,6 +770,7 @@ impl Held {
     pub fn claimed(settings: &LeaseSettings, claim: &Claim, written: &Written) -> Held {
         let (stop_at, renew_at) =
             grant(settings, written).unwrap_or((written.sent_mono_ms, written.received_mono_ms));
+        // INVARIANT: unique IDs — above the floor the version CAS read, and the restore fence.
         let fence = fence_floor_unix_ms(settings, claim.holder_lease_ms, written.central_unix_ms);
         Held {
             machine_id: claim.machine_id,
@@ -752,10 +797,12 @@ impl Held {
     /// the floor above the central clock it read (the keeper passes
     /// `CentralClock::fence_base_ms` of it), as a claim does.
     pub fn renewed(&self, settings: &LeaseSettings, written: &Written) -> Held {
+        // INVARIANT: no two live holders — the clock-rate margin: a deadline only from `grant`.
         let (stop_at, renew_at) = match grant(settings, written) {
             Some((stop_at, renew_at)) => (stop_at.max(self.stop_at_mono_ms), renew_at),
             None => (self.stop_at_mono_ms, written.received_mono_ms),
         };
+        // INVARIANT: unique IDs — the restore fence: a reply at or after the deadline is a claim.
         let floor_unix_ms = if self.lapses(written.received_mono_ms) {
             let fence = fence_floor_unix_ms(settings, None, written.central_unix_ms);
             Some(self.floor_unix_ms.map_or(fence, |floor| floor.max(fence)))
@@ -801,6 +848,7 @@ impl Held {
     /// earlier holder's IDs). Not the fence: a central clock that read
     /// far ahead once must not stay in the row.
     pub fn give_up_floor_unix_ms(&self, last_issued_unix_ms: Option<i64>) -> Option<i64> {
+        // INVARIANT: unique IDs — no lower than any ID this or an earlier holder issued.
         self.row_floor_unix_ms.max(last_issued_unix_ms)
     }
 }
@@ -818,6 +866,7 @@ pub enum IssueWait {
 
 /// `(stop_at, renew_at)` a write grants, if its reply came in time.
 fn grant(settings: &LeaseSettings, written: &Written) -> Option<(i64, i64)> {
+    // INVARIANT: no two live holders — the clock-rate margin: counted from before the send.
     reply_in_time(settings, written.sent_mono_ms, written.received_mono_ms).then(|| {
         (
             written.sent_mono_ms.saturating_add(settings.usable_ms()),
@@ -921,6 +970,7 @@ impl LeaseWatch {
             let watched_from = known
                 .as_ref()
                 .map_or(returned_mono_ms, |k| k.watched_from_mono_ms);
+            // INVARIANT: no two live holders — expiry by observation: since first seen.
             let since = match known {
                 Some(k) if k.row.version == row.version => k.since_mono_ms,
                 _ => returned_mono_ms,
@@ -941,6 +991,7 @@ impl LeaseWatch {
             None => RowState::Claimable(ClaimReason::Free),
             Some(holder) if holder == me.holder => RowState::Claimable(ClaimReason::Own),
             Some(_) => {
+                // INVARIANT: no two live holders — expiry by observation.
                 let lease_ms = trusted_lease_ms(watched.row.lease_ms);
                 let expires_at = watched.since_mono_ms.saturating_add(lease_ms);
                 if now_mono_ms >= expires_at {
@@ -1021,6 +1072,7 @@ impl LeaseWatch {
                 max_machine_id: me.max_machine_id,
             });
         }
+        // INVARIANT: unique IDs — the `layout` check: one epoch and bit widths for all.
         if let Some(other) =
             in_range().find(|w| w.row.layout.as_deref().is_some_and(|l| l != me.layout))
         {

@@ -5,16 +5,16 @@
 //! that follow `lease.rs`'s rules against them (`run`, `forget_and_claim`,
 //! `lapse_then_restore`). The rules, and their own tests, are `lease.rs`'s;
 //! the tests here check that servers following them keep the guarantees
-//! its header proves:
+//! of its "What buys what":
 //!
-//! * The holder stops before any takeover:
+//! * No two live holders (expiry by observation, the clock-rate margin):
 //!   `the_holder_stops_before_any_takeover_and_the_successor_starts_above_it`
 //!   races a holder and a claimer over clock rates, delays and wall-clock
 //!   steps, and `a_margin_below_the_clock_rate_bound_would_let_a_takeover_overlap`
 //!   shows that it can fail.
-//! * A successor's IDs are above every ID of the previous holder: the same
-//!   race, and the claims, takeovers and give-ups of servers on `Central`.
-//! * The restore fence:
+//! * Every ID unique (the ceiling, the version CAS): the same race, and
+//!   the claims, takeovers and give-ups of servers on `Central`.
+//! * Every ID unique when the table forgets (the restore fence):
 //!   `a_restored_table_never_lets_a_claimer_start_among_the_ids_of_the_holder_it_forgot`
 //!   (four ways to forget) and
 //!   `a_renewal_landing_on_a_row_a_restore_gave_back_never_revives_the_lease_among_the_successors_ids`.
