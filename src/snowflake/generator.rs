@@ -269,6 +269,10 @@ impl Generator {
     /// monotonic `stop_at_mono_ms`. The switch of machine id is one CAS on
     /// `last`, after issuing has stopped.
     pub fn take_lease(&self, machine: i64, floor: Option<i64>, ceiling: i64, stop_at_mono_ms: i64) {
+        // INVARIANT: unique IDs — the version CAS and the restore fence
+        // (lease.rs): under the new machine id only times above `floor`
+        // (the row's floor the winning claim read, and the fence); the
+        // switch is one CAS on `last`, with issuing stopped meanwhile.
         self.stop_at_mono_ms.store(i64::MIN, Ordering::SeqCst);
         let max_time = self.layout.max_time_ms();
         let mut current = self.last.load(Ordering::Acquire);
@@ -288,13 +292,21 @@ impl Generator {
                 Err(now_last) => current = now_last,
             }
         }
+        // INVARIANT: unique IDs — the ceiling (lease.rs): in force before
+        // the deadline lets any call issue again.
         self.ceiling.store(ceiling, Ordering::SeqCst);
+        // INVARIANT: no two live holders — the clock-rate margin
+        // (lease.rs): nothing from `stop_at_mono_ms` on.
         self.stop_at_mono_ms
             .store(stop_at_mono_ms, Ordering::SeqCst);
     }
 
     /// A renewal: a later deadline and a higher ceiling (never lower).
     pub fn renew_lease(&self, ceiling: i64, stop_at_mono_ms: i64) {
+        // INVARIANT: unique IDs — the ceiling (lease.rs): only one a
+        // successful write put in the row's floor, and never lowered. No
+        // two live holders — the clock-rate margin: the deadline only
+        // from a reply in time (`Held::renewed`), never lowered either.
         self.ceiling.fetch_max(ceiling, Ordering::SeqCst);
         self.stop_at_mono_ms
             .fetch_max(stop_at_mono_ms, Ordering::SeqCst);
@@ -304,6 +316,9 @@ impl Generator {
     /// time (ms since epoch) of the last ID handed out under it, or of any
     /// before it: no call returns an ID above it from now on.
     pub fn drop_lease(&self) -> i64 {
+        // INVARIANT: unique IDs — what it returns bounds every ID handed
+        // out under the lease (`dropped_meanwhile`): the floor a give-up
+        // leaves in the row.
         self.stop_at_mono_ms.store(i64::MIN, Ordering::SeqCst);
         self.split(self.last.load(Ordering::SeqCst)).0
     }
@@ -328,6 +343,8 @@ impl Generator {
     pub fn next(&self, clock: &impl WallClock, max_lead_ms: i64) -> Result<Issued, Refusal> {
         let stop_at = self.stop_at_mono_ms.load(Ordering::Acquire);
         let leased = stop_at != i64::MAX;
+        // INVARIANT: no two live holders — the clock-rate margin
+        // (lease.rs): nothing from the lease's monotonic deadline on.
         if leased && clock.mono_ms() >= stop_at {
             return Err(Refusal::NoLease);
         }
@@ -345,6 +362,7 @@ impl Generator {
                 && sequence < self.layout.max_sequence()
                 && time - earliest <= max_lead_ms
                 && time <= self.persisted_limit.load(Ordering::Acquire)
+                // INVARIANT: unique IDs — the ceiling (lease.rs).
                 && time <= self.ceiling.load(Ordering::Acquire)
             {
                 let packed = current + 1;
@@ -374,6 +392,8 @@ impl Generator {
     /// both sequentially consistent).
     #[inline]
     fn dropped_meanwhile(&self, leased: bool) -> bool {
+        // INVARIANT: unique IDs — no ID above what `drop_lease` returned
+        // (the give-up's floor) is handed out.
         leased && self.stop_at_mono_ms.load(Ordering::SeqCst) == i64::MIN
     }
 
@@ -413,6 +433,8 @@ impl Generator {
             if lead_ms > max_lead_ms {
                 return Err(Refusal::TooFarAhead { lead_ms });
             }
+            // INVARIANT: unique IDs — the ceiling (lease.rs): no time
+            // above it, and the lease's row records it in its floor.
             if next_time > self.ceiling.load(Ordering::Acquire) {
                 return Err(Refusal::AboveCeiling);
             }

@@ -45,6 +45,63 @@
 //! * A reload (SIGHUP) re-reads `pg_idgen.snowflake_max_lead` and
 //!   `pg_idgen.remote_timeout`: the next claim or renewal uses them.
 //!
+//! # States
+//!
+//! ```text
+//!   start
+//!     |
+//!     v
+//!  SEEKING <-----------------------------------------------+
+//!     |                                                    |
+//!     | claim won                                          |
+//!     v                                                    |
+//!  CLAIMED: waits for the floor or the ceiling <-------+   |
+//!     |     (and renews meanwhile)                     |   |
+//!     | floor near, ceiling above it                   |   |
+//!     v                                                |   |
+//!   HELD: renewed in time, stays HELD                  |   |
+//!     |                                                |   |
+//!     +-- a renewal replied at or after the -----------+   |
+//!     |   deadline (lapses): fenced anew                   |
+//!     +-- the deadline passed, no renewal in time:         |
+//!     |   LAPSED ------------------------------------------+
+//!     +-- a renewal matched no row: LOST ------------------+
+//!         (LAPSED and LOST come from CLAIMED too)
+//!
+//!  any state --SIGTERM--> GIVING UP: stop the generators, give the
+//!                         row up with the exact floor, exit
+//! ```
+//!
+//! The states are the fields `held` and `handed_over` of `Keeper`:
+//!
+//! * **SEEKING**: `held` is `None`. Each `step` reads the rows and claims
+//!   one (`claim`): `previous` is the id to take back first, `avoid` the
+//!   ids whose row was locked at the last try (passed over for a lease
+//!   duration). With nothing to claim it waits for a row to expire
+//!   (`ClaimChoice::WaitUntil`, `LeaseError::AllHeld`) and says so.
+//! * **CLAIMED**: `held` is `Some`, `handed_over` false: the generators
+//!   issue nothing. `hand_over_when_ready` waits for the floor
+//!   (`IssueWait::ForClock`) or for the ceiling (`IssueWait::ForCeiling`:
+//!   a renewal must raise it); `waiting` says which, `taken` how the lease
+//!   was taken (`CLAIMED`, or `RENEWED_LATE`). Renewals go on meanwhile.
+//! * **HELD**: `held` is `Some`, `handed_over` true: the generators issue
+//!   under it (`apply`), and each renewal in time raises its ceiling and
+//!   deadline in them.
+//! * **LAPSED**: `held.stop_at_mono_ms` passed with no renewal in time
+//!   (the generators stopped by themselves): `step`, or a `renew` that
+//!   failed, ends the lease (`end_lease`). A renewal whose reply comes at
+//!   or after the deadline (`Held::lapses`) but in time for the one it
+//!   grants goes back to CLAIMED instead (`stop`, fenced anew); one past
+//!   that too leaves the deadline passed: LAPSED at the next `step`.
+//! * **LOST**: a renewal matched no row (its CAS lost, or 40001 through
+//!   postgres_fdw): `end_lease` at once.
+//! * **GIVING UP**: on SIGTERM (or when the postmaster dies), from any
+//!   state: `give_up` stops the generators, then, if `held` is `Some`,
+//!   frees the row with the exact floor; the process exits.
+//!
+//! LAPSED and LOST are moments, not states to rest in: `end_lease` stops
+//! the generators and sets `held` to `None`, which is SEEKING.
+//!
 //! # Privileges
 //!
 //! `pg_idgen.lease_table` and `pg_idgen.lease_clock_table` are read as
@@ -455,6 +512,8 @@ impl Keeper {
             // The deadline passed with no renewal (the generators stopped
             // by themselves): the lease is over, whatever happens to the
             // tables meanwhile.
+            // INVARIANT: unique IDs — the restore fence (lease.rs): a lease
+            // past its deadline is never renewed, only claimed anew.
             self.end_lease();
         }
         let Some(tables) = self.find_tables() else {
@@ -659,11 +718,16 @@ impl Keeper {
     /// cannot be used rolls the transaction back (`LeaseCentralClock`).
     /// `None` from the statement: no row.
     fn write(&self, tables: &Tables, sql: &str, machine: i32, version: i64) -> Outcome<Written> {
+        // INVARIANT: no two live holders — the clock-rate margin
+        // (lease.rs): the deadline counts from `sent_mono`, read before
+        // the transaction's first remote statement (the proof's `s`).
         let sent_mono = mono_now_ms();
         let sent_wall = now_unix_ms();
         let until = self.settings.stops_by_unix_ms(sent_wall);
         let outcome = run(|| {
             Spi::connect_mut(|client| {
+                // INVARIANT: unique IDs — the ceiling, held to the central
+                // clock read before the CAS (the restore fence, lease.rs).
                 let before = read_central_clock(client, &tables.clock)?;
                 failpoint("lease-before-cas");
                 let ceiling = self.settings.ceiling_unix_ms(sent_wall, before);
@@ -686,6 +750,8 @@ impl Keeper {
                     return Ok(None);
                 }
                 let version = rows.first().get::<i64>(1)?.unwrap_or(i64::MIN);
+                // INVARIANT: unique IDs — the restore fence (lease.rs): the
+                // fence's central reading is taken after the CAS.
                 let after = read_central_clock(client, &tables.clock)?;
                 Ok(Some((version, ceiling, after.max(before))))
             })
@@ -698,6 +764,7 @@ impl Keeper {
                     .store(until, Ordering::Relaxed);
                 Outcome::Done(Written {
                     sent_mono_ms: sent_mono,
+                    // After the COMMIT returned (`lease::reply_in_time`).
                     received_mono_ms: mono_now_ms(),
                     version: new_version,
                     ceiling_unix_ms: ceiling,
@@ -744,6 +811,8 @@ impl Keeper {
             // Rows deleted by hand: the next read seeds them again first.
             return READ_AGAIN_MS;
         }
+        // INVARIANT: no two live holders — expiry by observation
+        // (lease.rs): the instant is taken after the read returned.
         self.watch.observe(rows, mono_now_ms());
         failpoint("lease-after-read");
         let avoid = self.avoided_now();
@@ -766,6 +835,7 @@ impl Keeper {
         match self.write(tables, &sql, claim.machine_id, claim.version) {
             Outcome::Done(written) => {
                 // The fence starts above the highest central time seen.
+                // INVARIANT: unique IDs — the restore fence (lease.rs).
                 let fenced = Written {
                     central_unix_ms: self.central_clock.fence_base_ms(written.central_unix_ms),
                     ..written
@@ -873,6 +943,7 @@ impl Keeper {
                 // CAS may have landed on a row a restore brought back after
                 // another server took the id over. Fenced anew, handed
                 // over anew.
+                // INVARIANT: unique IDs — the restore fence (lease.rs).
                 let lapsed = held.lapses(written.received_mono_ms);
                 let fenced = Written {
                     central_unix_ms: self.central_clock.fence_base_ms(written.central_unix_ms),
@@ -894,6 +965,8 @@ impl Keeper {
                 sleep
             }
             Outcome::NoMatch => {
+                // INVARIANT: unique IDs — the version CAS (lease.rs): a row
+                // taken over gets no more IDs and no higher ceiling.
                 self.end_lease();
                 self.problem(&format!(
                     "the lease of machine id {} was lost (its row changed on the central server); claiming again",
@@ -971,6 +1044,9 @@ impl Keeper {
         ];
         for (generator, fits) in generators {
             let epoch = generator.layout().epoch_ms;
+            // INVARIANT: unique IDs — the floor (the version CAS, the
+            // restore fence) and the ceiling (lease.rs), in each
+            // generator's epoch; no two live holders — the deadline.
             let floor = held.floor_unix_ms.map(|f| f - epoch);
             let ceiling = held.ceiling_unix_ms - epoch;
             match (fits, claimed) {
@@ -1019,6 +1095,9 @@ impl Keeper {
             return;
         };
         let sql = super::lease::give_up_sql(&table.qualified);
+        // INVARIANT: unique IDs — the floor left covers every ID this
+        // holder issued (the generators stopped first; none above the
+        // ceiling) and every earlier holder's (`give_up_floor_unix_ms`).
         let floor = held
             .give_up_floor_unix_ms(Some(last_issued.min(held.ceiling_unix_ms)))
             .unwrap_or(held.ceiling_unix_ms);

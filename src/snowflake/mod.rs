@@ -13,6 +13,8 @@
 //!   floor).
 //! * `backup_copy`: whether a primary started from a base backup may be a
 //!   copy running beside its original.
+//! * `lease_sim` (tests only): the lease protocol simulated — the table,
+//!   servers' clocks, holders and claimers — and the tests that drive it.
 //!
 //! PostgreSQL glue:
 //! * `config`: the settings, read and checked once at server start.
@@ -34,6 +36,8 @@ pub mod keeper;
 pub mod layout;
 pub mod lease;
 pub mod lease_keeper;
+#[cfg(test)]
+mod lease_sim;
 pub mod shared;
 pub mod sql;
 pub mod state_file;
