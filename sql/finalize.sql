@@ -20,12 +20,15 @@ REVOKE ALL ON FUNCTION segment_reserve(text, int) FROM PUBLIC;
 REVOKE ALL ON FUNCTION snowflake_nextval() FROM PUBLIC;
 REVOKE ALL ON FUNCTION snowflake_js_nextval() FROM PUBLIC;
 
--- source: where the tag's ranges come from, 'local' or the postgres_fdw
--- server (known for the tags of the database the view is read in).
+-- source: where the tag's ranges come from, 'local', the postgres_fdw
+-- server, or 'citus coordinator' (known for the tags of the database the
+-- view is read in).
 CREATE VIEW segment_status AS
     SELECT s.database, s.tag,
            CASE WHEN s.database OPERATOR(pg_catalog.<>) pg_catalog.current_database() THEN NULL
-                ELSE coalesce(r.server::text, 'local') END AS source,
+                WHEN r.server IS NOT NULL THEN r.server::text
+                WHEN ct.biz_tag IS NOT NULL AND l.biz_tag IS NULL THEN 'citus coordinator'
+                ELSE 'local' END AS source,
            s.range_first, s.range_last, s.next_id, s.remaining_in_range, s.pct_used,
            s.ranges_ahead, s.ids_ahead, s.safe_distance, s.step, s.steps_per_refill,
            s.ids_per_refill, s.refills, s.cas_conflicts, s.refill_failures, s.waits, s.wait_ms,
@@ -34,6 +37,12 @@ CREATE VIEW segment_status AS
       FROM segment_status() s
       LEFT JOIN id_segment_remote r
         ON r.biz_tag::text OPERATOR(pg_catalog.=) s.tag
+       AND s.database OPERATOR(pg_catalog.=) pg_catalog.current_database()
+      LEFT JOIN id_segment_citus ct
+        ON ct.biz_tag::text OPERATOR(pg_catalog.=) s.tag
+       AND s.database OPERATOR(pg_catalog.=) pg_catalog.current_database()
+      LEFT JOIN id_segment l
+        ON l.biz_tag::text OPERATOR(pg_catalog.=) s.tag
        AND s.database OPERATOR(pg_catalog.=) pg_catalog.current_database()
     UNION ALL
     -- The tags of this database with nothing in shared memory (not drawn
@@ -45,7 +54,11 @@ CREATE VIEW segment_status AS
       FROM (SELECT l.biz_tag::text AS tag, 'local'::text AS source, l.step::bigint AS step
               FROM id_segment l
             UNION ALL
-            SELECT a.biz_tag::text, a.server::text, NULL::bigint FROM id_segment_remote a) t
+            SELECT a.biz_tag::text, a.server::text, NULL::bigint FROM id_segment_remote a
+            UNION ALL
+            SELECT c.biz_tag::text, 'citus coordinator', NULL::bigint FROM id_segment_citus c
+             WHERE NOT EXISTS (SELECT FROM id_segment l2
+                                WHERE l2.biz_tag OPERATOR(pg_catalog.=) c.biz_tag)) t
      WHERE NOT EXISTS (SELECT FROM segment_status() c
                         WHERE c.database OPERATOR(pg_catalog.=) pg_catalog.current_database()
                           AND c.tag OPERATOR(pg_catalog.=) t.tag);
@@ -170,7 +183,7 @@ COMMENT ON COLUMN snowflake_high_water.javascript_high_id IS 'no snowflake_js_ne
 COMMENT ON COLUMN snowflake_high_water.updated_at IS 'when the keeper last raised it';
 COMMENT ON COLUMN segment_status.database IS 'the database of the tag';
 COMMENT ON COLUMN segment_status.tag IS 'the segment tag';
-COMMENT ON COLUMN segment_status.source IS 'where the tag''s ranges come from: local, or the postgres_fdw server it is attached to (NULL for other databases'' tags)';
+COMMENT ON COLUMN segment_status.source IS 'where the tag''s ranges come from: local, the postgres_fdw server it is attached to, or citus coordinator (NULL for other databases'' tags)';
 COMMENT ON COLUMN segment_status.range_first IS 'the first ID of the range handed out from now';
 COMMENT ON COLUMN segment_status.range_last IS 'the last ID of that range';
 COMMENT ON COLUMN segment_status.next_id IS 'the next ID of that range';

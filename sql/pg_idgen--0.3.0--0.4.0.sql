@@ -92,3 +92,81 @@ COMMENT ON COLUMN snowflake_status.lease_problem IS 'why there is no lease, or t
 COMMENT ON COLUMN snowflake_status.wal_mark IS 'the mark committed in snowflake_high_water, as the keeper last read or wrote it';
 COMMENT ON COLUMN snowflake_status.wal_mark_problem IS 'why the mark cannot be read or committed (NULL when it can)';
 COMMENT ON COLUMN snowflake_status.machine_problem IS 'why there is no machine id, or why it cannot be trusted (another Citus node has it); NULL when fine';
+
+-- segment_status: a Citus worker's tags drawn from the coordinator show
+-- source 'citus coordinator'; the view is made anew.
+DROP VIEW segment_status;
+-- source: where the tag's ranges come from, 'local', the postgres_fdw
+-- server, or 'citus coordinator' (known for the tags of the database the
+-- view is read in).
+CREATE VIEW segment_status AS
+    SELECT s.database, s.tag,
+           CASE WHEN s.database OPERATOR(pg_catalog.<>) pg_catalog.current_database() THEN NULL
+                WHEN r.server IS NOT NULL THEN r.server::text
+                WHEN ct.biz_tag IS NOT NULL AND l.biz_tag IS NULL THEN 'citus coordinator'
+                ELSE 'local' END AS source,
+           s.range_first, s.range_last, s.next_id, s.remaining_in_range, s.pct_used,
+           s.ranges_ahead, s.ids_ahead, s.safe_distance, s.step, s.steps_per_refill,
+           s.ids_per_refill, s.refills, s.cas_conflicts, s.refill_failures, s.waits, s.wait_ms,
+           s.fallback_ids, s.ids_taken, s.ids_per_second, s.last_refill, s.last_refill_ms,
+           s.last_error, s.worker_pid
+      FROM segment_status() s
+      LEFT JOIN id_segment_remote r
+        ON r.biz_tag::text OPERATOR(pg_catalog.=) s.tag
+       AND s.database OPERATOR(pg_catalog.=) pg_catalog.current_database()
+      LEFT JOIN id_segment_citus ct
+        ON ct.biz_tag::text OPERATOR(pg_catalog.=) s.tag
+       AND s.database OPERATOR(pg_catalog.=) pg_catalog.current_database()
+      LEFT JOIN id_segment l
+        ON l.biz_tag::text OPERATOR(pg_catalog.=) s.tag
+       AND s.database OPERATOR(pg_catalog.=) pg_catalog.current_database()
+    UNION ALL
+    -- The tags of this database with nothing in shared memory (not drawn
+    -- since the server started, or their slot was freed): what the table
+    -- says, nothing cached, as pg_sequences lists every sequence.
+    SELECT pg_catalog.current_database()::text, t.tag, t.source,
+           NULL, NULL, NULL, 0, 0, 0, 0, 0, t.step, NULL, NULL, 0, 0, 0, 0, 0, 0, 0, 0,
+           NULL, NULL, NULL, NULL
+      FROM (SELECT l.biz_tag::text AS tag, 'local'::text AS source, l.step::bigint AS step
+              FROM id_segment l
+            UNION ALL
+            SELECT a.biz_tag::text, a.server::text, NULL::bigint FROM id_segment_remote a
+            UNION ALL
+            SELECT c.biz_tag::text, 'citus coordinator', NULL::bigint FROM id_segment_citus c
+             WHERE NOT EXISTS (SELECT FROM id_segment l2
+                                WHERE l2.biz_tag OPERATOR(pg_catalog.=) c.biz_tag)) t
+     WHERE NOT EXISTS (SELECT FROM segment_status() c
+                        WHERE c.database OPERATOR(pg_catalog.=) pg_catalog.current_database()
+                          AND c.tag OPERATOR(pg_catalog.=) t.tag);
+COMMENT ON VIEW segment_status IS 'pg_idgen: one row per segment tag: each (database, tag) cached in shared memory, and the idle tags of this database';
+
+REVOKE ALL ON segment_status FROM PUBLIC;
+REVOKE ALL ON FUNCTION segment_status() FROM PUBLIC;
+GRANT SELECT ON segment_status TO pg_monitor;
+GRANT EXECUTE ON FUNCTION segment_status() TO pg_monitor;
+COMMENT ON COLUMN segment_status.database IS 'the database of the tag';
+COMMENT ON COLUMN segment_status.tag IS 'the segment tag';
+COMMENT ON COLUMN segment_status.source IS 'where the tag''s ranges come from: local, the postgres_fdw server it is attached to, or citus coordinator (NULL for other databases'' tags)';
+COMMENT ON COLUMN segment_status.range_first IS 'the first ID of the range handed out from now';
+COMMENT ON COLUMN segment_status.range_last IS 'the last ID of that range';
+COMMENT ON COLUMN segment_status.next_id IS 'the next ID of that range';
+COMMENT ON COLUMN segment_status.remaining_in_range IS 'IDs left in that range';
+COMMENT ON COLUMN segment_status.pct_used IS 'share of that range handed out, percent';
+COMMENT ON COLUMN segment_status.ranges_ahead IS 'ranges fetched ahead';
+COMMENT ON COLUMN segment_status.ids_ahead IS 'IDs those ranges hold';
+COMMENT ON COLUMN segment_status.safe_distance IS 'IDs the refill worker tries to keep cached ahead of the callers';
+COMMENT ON COLUMN segment_status.step IS 'id_segment.step as the last refill read it';
+COMMENT ON COLUMN segment_status.steps_per_refill IS 'steps the last refill took';
+COMMENT ON COLUMN segment_status.ids_per_refill IS 'IDs the last refill took';
+COMMENT ON COLUMN segment_status.refills IS 'ranges taken';
+COMMENT ON COLUMN segment_status.cas_conflicts IS 'version checks lost to other allocators';
+COMMENT ON COLUMN segment_status.refill_failures IS 'failed refills';
+COMMENT ON COLUMN segment_status.waits IS 'calls that waited for a refill';
+COMMENT ON COLUMN segment_status.wait_ms IS 'their total wait, ms';
+COMMENT ON COLUMN segment_status.fallback_ids IS 'snowflake IDs handed out instead (pg_idgen.snowflake_fallback)';
+COMMENT ON COLUMN segment_status.ids_taken IS 'IDs handed out (or skipped as a gap) since the slot got the tag';
+COMMENT ON COLUMN segment_status.ids_per_second IS 'the refill worker''s estimate of the demand';
+COMMENT ON COLUMN segment_status.last_refill IS 'when the last range arrived';
+COMMENT ON COLUMN segment_status.last_refill_ms IS 'how long the last refill took, ms';
+COMMENT ON COLUMN segment_status.last_error IS 'the last refill error, if a refill failed';
+COMMENT ON COLUMN segment_status.worker_pid IS 'the refill worker serving the tag, if running';

@@ -93,9 +93,12 @@ def test_every_route_on_every_node_draws_from_one_id_space(citus):
     # One allocator: every ID is below the coordinator's max_id.
     (max_id,), = c.sql("SELECT max_id FROM id_segment WHERE biz_tag = 'orders'")
     assert max(ids) <= max_id
-    # No row of id_segment on any worker: nothing was set up there.
+    # No row of id_segment on any worker: nothing was set up there; the
+    # status says where the tag comes from.
     for worker in citus.workers:
         assert worker.sql("SELECT count(*) FROM id_segment") == [(0,)]
+        assert worker.sql("SELECT source FROM segment_status WHERE tag = 'orders' "
+                          "AND database = current_database()") == [("citus coordinator",)]
 
 
 def test_each_node_issues_snowflake_ids_under_its_citus_group(citus):
