@@ -63,6 +63,10 @@ CORE_TESTS=(
 # from the controlling process), and on 15 test_upgrade.py too: it renames
 # old releases' libraries over the installed one, which a server started
 # by another worker meanwhile would load.
+# Citus (16-18; tests/setup.sh builds it) on one version here, on all three
+# in tests/torture.sh.
+CITUS_TESTED_ON=17
+
 PARALLEL=(-n 3 --dist loadfile)
 ALONE_15=(tests/integration/test_upgrade.py tests/integration/test_torture.py)
 ALONE_CORE=(tests/integration/test_torture.py::test_crash_loop_never_repeats_an_id)
@@ -130,7 +134,9 @@ for major in "${versions[@]}"; do
             "${ALONE_15[@]/#/--ignore=}" "${pytest_args[@]}"
         alone=("${ALONE_15[@]}")
     else
-        run_pytest "${PARALLEL[@]}" "${CORE_TESTS[@]}" "${pytest_args[@]}"
+        citus=()
+        [[ $major == "$CITUS_TESTED_ON" ]] && citus=(tests/integration/test_citus.py)
+        run_pytest "${PARALLEL[@]}" "${CORE_TESTS[@]}" "${citus[@]}" "${pytest_args[@]}"
         alone=("${ALONE_CORE[@]}")
     fi
     echo; echo "== integration tests run alone"
