@@ -416,3 +416,70 @@ fn check_lease_settings() {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::next_start_problem;
+    use crate::errors::IdgenError;
+
+    /// What a start reads, the defaults but for `changed` (`name = value`
+    /// lines, as postgresql.conf would have them).
+    fn start_with(changed: &[(&str, &str)]) -> Option<IdgenError> {
+        let defaults = [
+            ("pg_idgen.snowflake_epoch", "2025-01-01 00:00:00+00"),
+            ("pg_idgen.snowflake_time_bits", "41"),
+            ("pg_idgen.snowflake_machine_bits", "10"),
+            ("pg_idgen.snowflake_sequence_bits", "12"),
+            ("pg_idgen.machine_id", "0"),
+        ];
+        next_start_problem(|name: &str| {
+            changed
+                .iter()
+                .chain(defaults.iter())
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| v.to_string())
+        })
+    }
+
+    /// Each bad setting stops the start with 22023 naming it (the server's
+    /// side of it, a FATAL at start, is `test_snowflake.py`'s).
+    #[test]
+    fn bad_settings_refuse_the_start_naming_the_setting() {
+        let cases: [(&[(&str, &str)], &str); 6] = [
+            (
+                &[("pg_idgen.snowflake_sequence_bits", "11")],
+                "pg_idgen.snowflake_time_bits",
+            ),
+            (&[("pg_idgen.machine_id", "1024")], "pg_idgen.machine_id"),
+            (&[("pg_idgen.machine_id", "db-primary")], "pg_idgen.machine_id"),
+            (
+                &[("pg_idgen.snowflake_epoch", "yesterday")],
+                "pg_idgen.snowflake_epoch",
+            ),
+            (
+                &[("pg_idgen.snowflake_epoch", "2999-01-01 00:00:00+00")],
+                "pg_idgen.snowflake_epoch",
+            ),
+            (
+                &[
+                    ("pg_idgen.snowflake_time_bits", "48"),
+                    ("pg_idgen.snowflake_machine_bits", "3"),
+                ],
+                "pg_idgen.snowflake_time_bits",
+            ),
+        ];
+        for (changed, named) in cases {
+            match start_with(changed) {
+                Some(IdgenError::BadSetting { name, hint, .. }) => {
+                    assert_eq!(name, named, "{changed:?}");
+                    assert!(!hint.is_empty(), "{changed:?}");
+                }
+                other => panic!("{changed:?} gave {other:?}"),
+            }
+        }
+        assert_eq!(start_with(&[]), None);
+        for runtime in ["lease", "citus", "LEASE"] {
+            assert_eq!(start_with(&[("pg_idgen.machine_id", runtime)]), None);
+        }
+    }
+}
