@@ -4,11 +4,14 @@ directory, listens only on a Unix socket there, and preloads pg_idgen
 (unless asked otherwise). Its settings come from cluster.conf, which
 cluster.sh (the shell scripts' clusters) reads too."""
 
+import fcntl
+import hashlib
 import itertools
 import os
 import shutil
 import subprocess
 import tempfile
+import time
 
 import psycopg
 
@@ -59,6 +62,74 @@ def base_conf(directory, preload=True):
     return lines
 
 
+# initdb runs once per PostgreSQL and set of initdb arguments: each cluster
+# is a copy of that template data directory (cp -a, a fraction of initdb's
+# time), made under a lock that every test process of a run shares.
+TEMPLATE_ROOT = os.path.join(tempfile.gettempdir(), "pg_idgen-initdb-templates")
+INITDB_ARGS = ("-U", "postgres", "--auth=trust", "--no-sync", "-E", "UTF8", "--locale=C.UTF-8")
+
+
+def _template(pg_bin, initdb_args):
+    """The template data directory for `pg_bin` and `initdb_args`, made
+    by initdb the first time it is asked for."""
+    version = subprocess.run([f"{pg_bin}/pg_config", "--version"], capture_output=True, text=True).stdout
+    key = hashlib.sha256(repr((pg_bin, version, INITDB_ARGS, tuple(initdb_args))).encode()).hexdigest()[:16]
+    os.makedirs(TEMPLATE_ROOT, exist_ok=True)
+    template = os.path.join(TEMPLATE_ROOT, key)
+    with open(template + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not os.path.exists(os.path.join(template, "done")):
+            shutil.rmtree(template, ignore_errors=True)
+            os.makedirs(template)
+            shutil.chown(template, "postgres", "postgres")
+            _as_postgres(f"{pg_bin}/initdb", "-D", os.path.join(template, "data"), *INITDB_ARGS, *initdb_args)
+            open(os.path.join(template, "done"), "w").close()
+    return os.path.join(template, "data")
+
+
+def _crc32c_table():
+    table = []
+    for n in range(256):
+        crc = n
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 & -(crc & 1))
+        table.append(crc)
+    return table
+
+
+_CRC32C = _crc32c_table()
+
+
+def _crc32c_prefixes(data, limit):
+    """CRC-32C (Castagnoli, as PostgreSQL checksums its control file) of
+    every prefix of `data` up to `limit` bytes: (length, crc) pairs."""
+    crc = 0xFFFFFFFF
+    for length, byte in enumerate(data[:limit], 1):
+        crc = _CRC32C[(crc ^ byte) & 0xFF] ^ (crc >> 8)
+        yield length, crc ^ 0xFFFFFFFF
+
+
+def _new_system_identifier(data_dir):
+    """Gives a copy of the template a system identifier of its own, as
+    initdb would (time in the high half): every test cluster is a distinct
+    system, as tests of several servers (a central server and its shards,
+    the fence on the central server's identifier) need. The identifier is
+    the control file's first 8 bytes; its CRC-32C follows the struct, at an
+    offset found by matching it (it differs between versions)."""
+    path = os.path.join(data_dir, "global", "pg_control")
+    with open(path, "rb") as f:
+        control = bytearray(f.read())
+    end = next((length for length, crc in _crc32c_prefixes(control, 1024)
+                if length >= 16 and crc == int.from_bytes(control[length:length + 4], "little")), None)
+    assert end, f"no CRC found in {path}"
+    identifier = (int(time.time()) << 32) | int.from_bytes(os.urandom(4), "little")
+    control[0:8] = identifier.to_bytes(8, "little")
+    *_, (_, crc) = _crc32c_prefixes(control, end)
+    control[end:end + 4] = crc.to_bytes(4, "little")
+    with open(path, "wb") as f:
+        f.write(control)
+
+
 class Cluster:
     def __init__(self, conf=(), preload=True, name="pg_idgen-it.", pg_bin=None, initdb_args=(),
                  tcp_port=None):
@@ -70,10 +141,11 @@ class Cluster:
         shutil.chown(self.dir, "postgres", "postgres")
         self.data = os.path.join(self.dir, "data")
         self.env = None
-        _as_postgres(
-            f"{self.pg_bin}/initdb", "-D", self.data, "-U", "postgres", "--auth=trust",
-            "--no-sync", "-E", "UTF8", "--locale=C.UTF-8", *initdb_args,
-        )
+        subprocess.run(["cp", "-a", _template(self.pg_bin, initdb_args), self.data], check=True)
+        _new_system_identifier(self.data)
+        # WAL made anew from the control file, so its pages carry the new
+        # identifier too (PostgreSQL refuses WAL of another system).
+        _as_postgres(f"{self.pg_bin}/pg_resetwal", "-f", self.data)
         tcp = (f"listen_addresses = '127.0.0.1'", f"port = {tcp_port}") if tcp_port else ()
         self.append_conf(*base_conf(self.dir, preload), *tcp, *conf)
 
