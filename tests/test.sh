@@ -31,6 +31,7 @@ while (($#)); do
 done
 
 PG_IDGEN_SETUP_INSTALL=0 bash tests/setup.sh
+SETUP_SECONDS=$SECONDS
 source tests/lib/pg_versions.sh
 ((${#versions[@]})) || versions=("${PG_IDGEN_VERSIONS[@]}")
 for major in "${versions[@]}"; do require_pg "$major"; done
@@ -73,20 +74,37 @@ ALONE_CORE=(tests/integration/test_torture.py::test_crash_loop_never_repeats_an_
 
 source tests/lib/pytest.sh   # run_pytest
 
+# How long each layer took, printed at the end (docs/testing.md keeps a
+# run's figures): `lap NAME` closes the layer that began at the last lap.
+LAP_START=$SECONDS
+LAPS=()
+lap() {
+    LAPS+=("$(printf '%6d s  %s' $((SECONDS - LAP_START)) "$1")")
+    LAP_START=$SECONDS
+}
+print_laps() {
+    ((${#LAPS[@]})) || return 0
+    echo; echo "== time per layer"
+    printf '%s\n' "${LAPS[@]}"
+    printf '%6d s  total\n' "$SECONDS"
+}
+
 echo; echo "== cargo fmt --check"
 cargo fmt --check
 echo; echo "== cargo clippy -D warnings"
 cargo clippy --all-targets --features "pg15 pg_test failpoints" -- -D warnings
 # The benchmark's in-process ceiling shares the pure modules: keep it building.
 (cd tests/bench/ceiling && cargo fmt --check && cargo clippy --release -q -- -D warnings)
+lap "set-up ($SETUP_SECONDS s of it), cargo fmt, clippy"
 
 work=$(mktemp -d /tmp/pg_idgen-test.XXXXXX)
 chown postgres: "$work"
-trap 'rm -rf "$work"' EXIT
+trap 'rm -rf "$work"; print_laps' EXIT
 
 # The docs site: a broken link, a missing page or an unknown anchor fails.
 echo; echo "== mkdocs build --strict (docs/)"
 .venv/bin/mkdocs build --strict --quiet --site-dir "$work/site"
+lap "mkdocs build --strict"
 # (Its SQL runs in tests/integration/test_docs_snippets.py, with 15's.)
 
 previous=
@@ -97,21 +115,23 @@ for major in "${versions[@]}"; do
 
     echo; echo "== cargo pgrx test pg$major (plain #[test]s and #[pg_test]s)"
     cargo pgrx test "pg$major" "${features[@]}" --runas postgres --pgdata "$work/pgrx-data-$major"
+    lap "$major: cargo pgrx test (build and run)"
 
     # cargo pgrx test installed its debug build with the test schema; put a
-    # build with the test-only failpoints in place for the rest. 15 gets
-    # the shipped release profile; the others an unlinked-LTO one, to keep
-    # the suite within its time.
-    profile=(--release)
-    [[ $major == "$PG_DEBIAN_MAJOR" ]] || profile=(--profile suite)
-    echo; echo "== installing pg_idgen (${profile[*]}, failpoints) into PostgreSQL $major"
-    cargo pgrx install "${profile[@]}" --no-default-features --features "pg$major failpoints" \
+    # build with the test-only failpoints in place for the rest: release
+    # code without fat LTO (the profile `suite`). The shipped release
+    # profile is built once, by the package step at the end, and tested
+    # there.
+    echo; echo "== installing pg_idgen (profile suite, failpoints) into PostgreSQL $major"
+    cargo pgrx install --profile suite --no-default-features --features "pg$major failpoints" \
         --pg-config "$pg_config" 2>&1 | grep -E 'Finished|error' || true
+    lap "$major: build and install (profile suite)"
 
     export PG_BIN
     PG_BIN=$(pg_bin_for "$major")
     echo; echo "== SQL regression files"
     bash tests/regress/run.sh
+    lap "$major: SQL regression files"
 
     # pg_upgrade from the version tested just before, whose build is
     # installed; 15 -> 16 starts from PyPI's 15.19 (tests/lib/pg_versions.sh
@@ -139,12 +159,15 @@ for major in "${versions[@]}"; do
         run_pytest "${PARALLEL[@]}" "${CORE_TESTS[@]}" "${citus[@]}" "${pytest_args[@]}"
         alone=("${ALONE_CORE[@]}")
     fi
+    lap "$major: integration tests, three files at a time"
     echo; echo "== integration tests run alone"
     run_pytest "${alone[@]}" "${pytest_args[@]}"
+    lap "$major: integration tests run alone"
     previous=$major
 done
 
 if [[ " ${versions[*]} " == *" $PG_DEBIAN_MAJOR "* ]]; then
     echo; echo "== packages: the PostgreSQL 15 .deb built, installed, used and removed"
     PG_BIN=$(pg_bin_for "$PG_DEBIAN_MAJOR") bash tests/package.sh --pg "$PG_DEBIAN_MAJOR" --test
+    lap "packages: the release build, the .deb installed, used, removed"
 fi

@@ -18,7 +18,8 @@
 //!    `pg_dist_authinfo`), as the owner of the local `id_segment` (whose
 //!    role Citus created on every node) — with one statement:
 //!    `SELECT row_to_json(r) FROM segment_citus_range(tag, steps, floor) r`.
-//! 2. On the coordinator, `segment_citus_range` runs the refill's own
+//! 2. On the coordinator, `segment_citus_range` (in `sql.rs`, with the
+//!    other SQL functions that hand out IDs) runs the refill's own
 //!    version-CAS on its `id_segment` (`distributor::take_range`, the same
 //!    code as a local refill) with `synchronous_commit = on` and the row
 //!    lock wait of a local refill, and answers the range — or the problem,
@@ -34,11 +35,9 @@
 //! gap, never a repeat. A tag missing on the coordinator is 42704 with a
 //! hint that names the coordinator.
 
-use super::distributor::Granted;
-use super::policy::RefillProblem;
 use crate::catalog::quote_literal;
 use crate::citus::{self, Node};
-use crate::errors::{required, IdgenError};
+use crate::errors::IdgenError;
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 
@@ -48,17 +47,28 @@ pub fn serves_missing_tags() -> bool {
     matches!(citus::node(), Ok(Node::Worker { .. }))
 }
 
+/// A range the coordinator granted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CoordinatorRange {
+    pub first: i64,
+    pub len: u64,
+    /// The IDs the CAS asked for (more than `len` when a trigger there
+    /// held `max_id` back).
+    pub asked: u64,
+    pub step: i64,
+    pub cas_conflicts: u64,
+}
+
 /// A range of `tag` from the coordinator, `steps` steps, refused below
 /// `floor` (see the module header). `schema`: the quoted schema of the
-/// extension, the same on every node; `registry`: the quoted
-/// `id_segment_citus` here.
+/// extension, the same on every node (`id_segment_citus` is in it).
 pub fn take(
     client: &mut SpiClient<'_>,
     schema: &str,
     tag: &str,
     steps: u64,
     floor: Option<i64>,
-) -> Result<Granted, pgrx::spi::Error> {
+) -> Result<CoordinatorRange, pgrx::spi::Error> {
     let seen = client
         .select(
             &format!(
@@ -120,15 +130,12 @@ pub fn take(
         }
     }
     let number = |i: usize| r.get::<i64>(i).map(Option::unwrap_or_default);
-    let granted = Granted {
+    let granted = CoordinatorRange {
         first: number(1)?,
         len: number(2)? as u64,
         asked: number(3)? as u64,
         step: number(4)?,
-        table_oid: 0,
         cas_conflicts: number(5)? as u64,
-        remote: true,
-        row_version: None,
     };
     client.update(
         &format!(
@@ -141,80 +148,4 @@ pub fn take(
         &[tag.into(), (granted.first + granted.len as i64 - 1).into()],
     )?;
     Ok(granted)
-}
-
-/// The coordinator's side of a worker's refill (see the module header):
-/// the version-CAS on this node's `id_segment`, answered as one row.
-/// Refused (0A000) on a node that is not the coordinator. Not executable
-/// by `PUBLIC`: Citus connects as the worker's `id_segment` owner.
-#[allow(clippy::type_complexity)]
-#[pg_extern(volatile, parallel_unsafe)]
-fn segment_citus_range(
-    tag: Option<&str>,
-    steps: Option<i64>,
-    floor: Option<i64>,
-) -> TableIterator<
-    'static,
-    (
-        name!(first, Option<i64>),
-        name!(len, Option<i64>),
-        name!(asked, Option<i64>),
-        name!(step, Option<i64>),
-        name!(cas_conflicts, Option<i64>),
-        name!(sqlstate, Option<i32>),
-        name!(message, Option<String>),
-        name!(hint, Option<String>),
-    ),
-> {
-    if !matches!(citus::node(), Ok(Node::Coordinator)) {
-        IdgenError::CitusNotCoordinator.raise();
-    }
-    let tag = required(tag, "segment tag");
-    let steps = u64::try_from(required(steps, "steps")).unwrap_or(1).max(1);
-    let mut central = None;
-    let taken = super::distributor::take_range(
-        tag,
-        steps,
-        super::registry::WorkerKey::LOCAL,
-        0,
-        floor,
-        &mut central,
-    );
-    let row = match taken {
-        Ok(Ok(g)) => (
-            Some(g.first),
-            Some(g.len as i64),
-            Some(g.asked as i64),
-            Some(g.step),
-            Some(g.cas_conflicts as i64),
-            None,
-            None,
-            None,
-        ),
-        Ok(Err(problem)) => {
-            let problem = match problem {
-                // An attached tag on the coordinator: its lane is not this
-                // call's, and a worker cannot reach that central server.
-                RefillProblem::ServedByAnotherLane { .. } => RefillProblem::NoRow,
-                other => other,
-            };
-            let report = problem.stored(tag);
-            (
-                None,
-                None,
-                None,
-                None,
-                None,
-                Some(report.sqlstate),
-                Some(report.message),
-                Some(report.hint),
-            )
-        }
-        Err(e) => IdgenError::Internal {
-            context: "segment_citus_range",
-            message: e.to_string(),
-        }
-        .raise(),
-    };
-    TableIterator::once(row)
 }

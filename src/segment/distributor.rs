@@ -455,10 +455,19 @@ fn take_from_citus_coordinator(
         }));
     }
     let schema = quote_identifier(&table_schema(table.oid).unwrap_or_default());
-    as_owner(table.owner, || {
+    let range = as_owner(table.owner, || {
         citus_source::take(client, &schema, tag, steps, handed_out)
-    })
-    .map(Ok)
+    })?;
+    Ok(Ok(Granted {
+        first: range.first,
+        len: range.len,
+        asked: range.asked,
+        step: range.step,
+        table_oid: 0,
+        cas_conflicts: range.cas_conflicts,
+        remote: true,
+        row_version: None,
+    }))
 }
 
 /// A remote tag's refill: the CAS on the central row through its foreign

@@ -28,6 +28,8 @@
 use super::chain::Taken;
 use super::citus_source;
 use super::created_here;
+use super::distributor;
+use super::policy::RefillProblem;
 use super::registry::{registry_or_raise, Lookup, Registry, Slot, WorkerKey};
 use super::slot_share;
 use super::tag::{check_tag, current_table_oid, row_state, RowState};
@@ -1002,4 +1004,80 @@ fn segment_reserve(
         }
     }
     TableIterator::new(blocks)
+}
+
+/// The coordinator's side of a Citus worker's refill (`citus_source.rs`):
+/// the version-CAS on this node's `id_segment`, answered as one row.
+/// Refused (0A000) on a node that is not the coordinator. Not executable
+/// by `PUBLIC`: Citus connects as the worker's `id_segment` owner.
+#[allow(clippy::type_complexity)]
+#[pg_extern(volatile, parallel_unsafe)]
+fn segment_citus_range(
+    tag: Option<&str>,
+    steps: Option<i64>,
+    floor: Option<i64>,
+) -> TableIterator<
+    'static,
+    (
+        name!(first, Option<i64>),
+        name!(len, Option<i64>),
+        name!(asked, Option<i64>),
+        name!(step, Option<i64>),
+        name!(cas_conflicts, Option<i64>),
+        name!(sqlstate, Option<i32>),
+        name!(message, Option<String>),
+        name!(hint, Option<String>),
+    ),
+> {
+    if !matches!(crate::citus::node(), Ok(crate::citus::Node::Coordinator)) {
+        IdgenError::CitusNotCoordinator.raise();
+    }
+    let tag = required(tag, "segment tag");
+    let steps = u64::try_from(required(steps, "steps")).unwrap_or(1).max(1);
+    let mut central = None;
+    let taken = distributor::take_range(
+        tag,
+        steps,
+        super::registry::WorkerKey::LOCAL,
+        0,
+        floor,
+        &mut central,
+    );
+    let row = match taken {
+        Ok(Ok(g)) => (
+            Some(g.first),
+            Some(g.len as i64),
+            Some(g.asked as i64),
+            Some(g.step),
+            Some(g.cas_conflicts as i64),
+            None,
+            None,
+            None,
+        ),
+        Ok(Err(problem)) => {
+            let problem = match problem {
+                // An attached tag on the coordinator: its lane is not this
+                // call's, and a worker cannot reach that central server.
+                RefillProblem::ServedByAnotherLane { .. } => RefillProblem::NoRow,
+                other => other,
+            };
+            let report = problem.stored(tag);
+            (
+                None,
+                None,
+                None,
+                None,
+                None,
+                Some(report.sqlstate),
+                Some(report.message),
+                Some(report.hint),
+            )
+        }
+        Err(e) => IdgenError::Internal {
+            context: "segment_citus_range",
+            message: e.to_string(),
+        }
+        .raise(),
+    };
+    TableIterator::once(row)
 }

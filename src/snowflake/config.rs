@@ -451,7 +451,10 @@ mod tests {
                 "pg_idgen.snowflake_time_bits",
             ),
             (&[("pg_idgen.machine_id", "1024")], "pg_idgen.machine_id"),
-            (&[("pg_idgen.machine_id", "db-primary")], "pg_idgen.machine_id"),
+            (
+                &[("pg_idgen.machine_id", "db-primary")],
+                "pg_idgen.machine_id",
+            ),
             (
                 &[("pg_idgen.snowflake_epoch", "yesterday")],
                 "pg_idgen.snowflake_epoch",
