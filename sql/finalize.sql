@@ -99,6 +99,13 @@ CREATE TRIGGER snowflake_high_water_never_decreases
     FOR EACH ROW WHEN (NEW.default_high_id < OLD.default_high_id
                        OR NEW.javascript_high_id < OLD.javascript_high_id)
     EXECUTE FUNCTION snowflake_high_water_guard();
+-- The guards hold in logical replication's apply workers too (which run
+-- with session_replication_role = replica): a replicated change never
+-- lowers max_id or the mark (src/segment/replication.rs).
+ALTER TABLE id_segment ENABLE ALWAYS TRIGGER id_segment_max_id_never_decreases;
+ALTER TABLE snowflake_high_water ENABLE ALWAYS TRIGGER snowflake_high_water_never_lost;
+ALTER TABLE snowflake_high_water ENABLE ALWAYS TRIGGER snowflake_high_water_never_truncated;
+ALTER TABLE snowflake_high_water ENABLE ALWAYS TRIGGER snowflake_high_water_never_decreases;
 
 -- What every function, table, view and column is, for \df+, \d+ and
 -- tools that read pg_description (tests/integration/test_segment.py checks

@@ -170,3 +170,11 @@ COMMENT ON COLUMN segment_status.last_refill IS 'when the last range arrived';
 COMMENT ON COLUMN segment_status.last_refill_ms IS 'how long the last refill took, ms';
 COMMENT ON COLUMN segment_status.last_error IS 'the last refill error, if a refill failed';
 COMMENT ON COLUMN segment_status.worker_pid IS 'the refill worker serving the tag, if running';
+
+-- The guards hold in logical replication's apply workers too: a
+-- replicated change never lowers max_id or the snowflake mark
+-- (src/segment/replication.rs).
+ALTER TABLE id_segment ENABLE ALWAYS TRIGGER id_segment_max_id_never_decreases;
+ALTER TABLE snowflake_high_water ENABLE ALWAYS TRIGGER snowflake_high_water_never_lost;
+ALTER TABLE snowflake_high_water ENABLE ALWAYS TRIGGER snowflake_high_water_never_truncated;
+ALTER TABLE snowflake_high_water ENABLE ALWAYS TRIGGER snowflake_high_water_never_decreases;

@@ -1201,6 +1201,9 @@ mod tests {
                 handed_out: 10,
             },
             Exhausted { max_id: i64::MAX },
+            RowReplicated {
+                subscription: s("from_blue"),
+            },
             CasContention { attempts: 100 },
             WriteNotApplied {
                 read_max_id: 1,

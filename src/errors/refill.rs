@@ -9,7 +9,7 @@ use pgrx::pg_sys::errcodes::PgSqlErrorCode::{self, *};
 use super::remote::{central_moved_hint, remote_session_unsafe};
 use super::segment::{unknown_tag, NO_MORE_IDS};
 use super::settings::FALLBACK_MACHINE_ID_HINT;
-use super::{misrouted, quote_literal, IdgenError, Report, StoredError, SEE_SERVER_LOG};
+use super::{misrouted, quote_identifier, quote_literal, IdgenError, Report, StoredError, SEE_SERVER_LOG};
 use crate::segment::policy::RefillProblem;
 
 /// The report of an error of a refill or a caller waiting for one.
@@ -167,6 +167,16 @@ impl RefillProblem {
                 format!(
                     "Someone moved max_id back; refilling would repeat IDs. Set it to at least {handed_out}: UPDATE id_segment SET max_id = {handed_out} WHERE biz_tag = {};",
                     quote_literal(tag)
+                ),
+            ),
+            RowReplicated { subscription } => Report::new(
+                ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+                format!(
+                    "segment tag \"{tag}\" takes no range here: its row in id_segment is written by subscription \"{subscription}\", so a range taken here could overlap the ones its publisher takes next"
+                ),
+                format!(
+                    "Draw the tag on the publisher. At a switchover, stop the writes there and wait until the subscription has caught up, then ALTER SUBSCRIPTION {} DISABLE; here: this node then goes on above every ID the publisher took. For two nodes that both draw the tag, attach it to one central server on each (segment_attach) instead of replicating its row both ways.",
+                    quote_identifier(subscription)
                 ),
             ),
             Exhausted { max_id } => Report::new(

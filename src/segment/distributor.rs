@@ -88,6 +88,7 @@ use super::fence::{
 };
 use super::policy::{granted_range, plan_range, RefillProblem};
 use super::registry::{GiveBack, WorkerKey};
+use super::replication;
 use super::tag;
 use crate::catalog::{as_owner, quote_identifier, table_schema};
 use crate::errors::IdgenError;
@@ -417,6 +418,9 @@ pub fn take_range(
                 lane: WorkerKey::LOCAL,
             }));
         }
+        if let Some(subscription) = replication::subscription_writing(client, table.oid)? {
+            return Ok(Err(RefillProblem::RowReplicated { subscription }));
+        }
         let handed_out = handed_out.filter(|_| bound_table == 0 || bound_table == table.oid);
         let taken = as_owner(table.owner, || cas(client, &table, tag, steps, handed_out))?;
         if matches!(taken, Err(RefillProblem::NoRow)) && citus_source::serves_missing_tags() {
@@ -704,7 +708,8 @@ pub fn record_position(
 /// `segment_drop` and `segment_create`, whose transaction may have handed
 /// out IDs and left the same `version` and `max_id`) from the one the
 /// refill wrote. Returns whether it did. An attached tag's row is on its
-/// central server: left alone.
+/// central server, and a published `id_segment`'s rows reach its
+/// subscribers (`replication.rs`): both are left alone.
 ///
 /// Must run inside a transaction; the caller commits it (synchronously).
 /// The guard trigger is told by `pg_idgen.allow_max_id_decrease` for this
@@ -722,7 +727,10 @@ pub fn give_back(tag: &str, back: &GiveBack) -> Result<bool, pgrx::spi::Error> {
         let Some(table) = find_table(client)? else {
             return Ok(false);
         };
-        if table.oid != back.table_oid || find_remote(client, &table, tag)?.is_some() {
+        if table.oid != back.table_oid
+            || find_remote(client, &table, tag)?.is_some()
+            || replication::is_published(client, table.oid)?
+        {
             return Ok(false);
         }
         let wanted = back.lowest - 1;

@@ -24,6 +24,9 @@
 //! * `default_check`: the columns whose defaults use a tag (`segment_drop`
 //!   refuses to drop it), and the WARNING for a default naming a tag that
 //!   does not exist.
+//! * `replication`: what logical replication of `id_segment` allows: no
+//!   range of a row a subscription writes, no give-back to a published
+//!   table.
 //! * `lifecycle`: frees cached ranges when DDL drops their table or database.
 //! * `guard`: the trigger that keeps `id_segment.max_id` from moving back.
 //! * `sql`, `status`: the SQL functions that hand out IDs, and the status
@@ -41,6 +44,7 @@ pub mod guard;
 pub mod lifecycle;
 pub mod policy;
 pub mod registry;
+pub mod replication;
 pub mod slot_share;
 pub mod sql;
 pub mod status;

@@ -232,6 +232,11 @@ pub enum RefillProblem {
         problem: String,
         options: Option<String>,
     },
+    /// An enabled subscription (`subscription`) writes this database's
+    /// `id_segment`: the row is the publisher's (`replication.rs`).
+    RowReplicated {
+        subscription: String,
+    },
 }
 
 impl RefillProblem {

@@ -163,7 +163,7 @@ def test_a_0_1_0_database_updates_in_place_and_repeats_nothing(make_cluster, lib
              "coalesce(c.relacl::text, '') FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid "
              "WHERE c.relname IN ('segment_status', 'snowflake_status') AND a.attnum > 0 ORDER BY 1, a.attnum")
     assert c.sql(views, dbname=db) == c.sql(views, dbname=fresh)
-    triggers = "SELECT tgname, pg_get_triggerdef(oid) FROM pg_trigger WHERE NOT tgisinternal ORDER BY 1"
+    triggers = "SELECT tgname, pg_get_triggerdef(oid), tgenabled FROM pg_trigger WHERE NOT tgisinternal ORDER BY 1"
     assert c.sql(triggers, dbname=db) == c.sql(triggers, dbname=fresh)
     # ... and the same descriptions (COMMENTs), columns included.
     comments = ("SELECT pg_describe_object(classoid, objoid, objsubid), description FROM pg_description "
