@@ -161,10 +161,22 @@ REVOKE ALL ON FUNCTION segment_central_accept() FROM PUBLIC;
 -- keeper commits here, before any snowflake ID up to it is issued, the
 -- largest ID each generator may have handed out. A promoted standby, a
 -- point-in-time restore, a pg_upgrade'd cluster or a restored dump starts
--- above it. One row; unused in the other databases.
+-- above it. Unused in the other databases.
 CREATE TABLE snowflake_high_water (
-    only_row           bool        PRIMARY KEY DEFAULT true
-                                   CONSTRAINT snowflake_high_water_one_row CHECK (only_row),
+    -- One row per cluster that issued snowflake IDs, by its system
+    -- identifier: this cluster's own (written by its keeper, replayed by its
+    -- standbys), and the rows a pg_upgrade, a dump or logical replication
+    -- brought from other clusters (src/snowflake/wal_mark.rs).
+    system_identifier  bigint      PRIMARY KEY
+                                   DEFAULT (pg_catalog.pg_control_system()).system_identifier,
+    -- The machine id its IDs carry (NULL: not known, for rows from before
+    -- 0.4.0): another cluster's row counts for this cluster's floor when
+    -- it has this cluster's machine id, or none.
+    machine_id         bigint,
+    -- The WAL timeline the row was last committed on (NULL: not known): a
+    -- server on a later timeline (promoted, or restored to a point in
+    -- time) cannot tell from it what the server before it issued last.
+    timeline           bigint,
     epoch_ms           bigint      NOT NULL,
     time_bits          int         NOT NULL,
     machine_bits       int         NOT NULL,
@@ -173,5 +185,5 @@ CREATE TABLE snowflake_high_water (
     javascript_high_id bigint      NOT NULL,
     updated_at         timestamptz NOT NULL DEFAULT now()
 );
-COMMENT ON TABLE snowflake_high_water IS 'pg_idgen: no snowflake ID of this cluster is above these (in pg_idgen.snowflake_database; written by the snowflake keeper)';
+COMMENT ON TABLE snowflake_high_water IS 'pg_idgen: no snowflake ID of a cluster is above these, one row per cluster (in pg_idgen.snowflake_database; written by the snowflake keeper)';
 SELECT pg_catalog.pg_extension_config_dump('snowflake_high_water', '');

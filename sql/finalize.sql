@@ -180,13 +180,15 @@ COMMENT ON COLUMN id_segment_origin.accepted_system_identifier IS 'the system id
 COMMENT ON COLUMN id_segment_origin.accepted_timeline IS 'the WAL timeline at the last segment_central_accept';
 COMMENT ON COLUMN id_segment_origin.database_oid IS 'the OID of this database';
 COMMENT ON COLUMN id_segment_origin.table_oid IS 'the OID of id_segment';
-COMMENT ON COLUMN snowflake_high_water.only_row IS 'true: the table has one row';
+COMMENT ON COLUMN snowflake_high_water.system_identifier IS 'the cluster whose IDs the row bounds (its system identifier)';
+COMMENT ON COLUMN snowflake_high_water.machine_id IS 'the machine id its IDs carry (NULL: not known)';
+COMMENT ON COLUMN snowflake_high_water.timeline IS 'the WAL timeline the row was last committed on (NULL: not known)';
 COMMENT ON COLUMN snowflake_high_water.epoch_ms IS 'the layout''s epoch, Unix ms';
 COMMENT ON COLUMN snowflake_high_water.time_bits IS 'the layout''s time bits';
 COMMENT ON COLUMN snowflake_high_water.machine_bits IS 'the layout''s machine bits';
 COMMENT ON COLUMN snowflake_high_water.sequence_bits IS 'the layout''s sequence bits';
-COMMENT ON COLUMN snowflake_high_water.default_high_id IS 'no snowflake_nextval ID of this cluster is above it (-1: none issued)';
-COMMENT ON COLUMN snowflake_high_water.javascript_high_id IS 'no snowflake_js_nextval ID of this cluster is above it (-1: none issued)';
+COMMENT ON COLUMN snowflake_high_water.default_high_id IS 'no snowflake_nextval ID of that cluster is above it (-1: none issued)';
+COMMENT ON COLUMN snowflake_high_water.javascript_high_id IS 'no snowflake_js_nextval ID of that cluster is above it (-1: none issued)';
 COMMENT ON COLUMN snowflake_high_water.updated_at IS 'when the keeper last raised it';
 COMMENT ON COLUMN segment_status.database IS 'the database of the tag';
 COMMENT ON COLUMN segment_status.tag IS 'the segment tag';

@@ -178,3 +178,24 @@ ALTER TABLE id_segment ENABLE ALWAYS TRIGGER id_segment_max_id_never_decreases;
 ALTER TABLE snowflake_high_water ENABLE ALWAYS TRIGGER snowflake_high_water_never_lost;
 ALTER TABLE snowflake_high_water ENABLE ALWAYS TRIGGER snowflake_high_water_never_truncated;
 ALTER TABLE snowflake_high_water ENABLE ALWAYS TRIGGER snowflake_high_water_never_decreases;
+
+-- snowflake_high_water: one row per cluster that issued snowflake IDs, by
+-- its system identifier, with the machine id its IDs carry, so that a row
+-- that logical replication brings from a publisher is a row of its own,
+-- never the subscriber's mark (src/snowflake/wal_mark.rs). The row there is
+-- this cluster's; its machine id is not known (NULL counts as any).
+ALTER TABLE snowflake_high_water
+    ADD COLUMN system_identifier bigint
+        DEFAULT (pg_catalog.pg_control_system()).system_identifier,
+    ADD COLUMN machine_id bigint,
+    ADD COLUMN timeline bigint;
+UPDATE snowflake_high_water SET system_identifier = (pg_catalog.pg_control_system()).system_identifier;
+ALTER TABLE snowflake_high_water DROP COLUMN only_row;
+ALTER TABLE snowflake_high_water ALTER COLUMN system_identifier SET NOT NULL,
+    ADD PRIMARY KEY (system_identifier);
+COMMENT ON TABLE snowflake_high_water IS 'pg_idgen: no snowflake ID of a cluster is above these, one row per cluster (in pg_idgen.snowflake_database; written by the snowflake keeper)';
+COMMENT ON COLUMN snowflake_high_water.system_identifier IS 'the cluster whose IDs the row bounds (its system identifier)';
+COMMENT ON COLUMN snowflake_high_water.machine_id IS 'the machine id its IDs carry (NULL: not known)';
+COMMENT ON COLUMN snowflake_high_water.timeline IS 'the WAL timeline the row was last committed on (NULL: not known)';
+COMMENT ON COLUMN snowflake_high_water.default_high_id IS 'no snowflake_nextval ID of that cluster is above it (-1: none issued)';
+COMMENT ON COLUMN snowflake_high_water.javascript_high_id IS 'no snowflake_js_nextval ID of that cluster is above it (-1: none issued)';

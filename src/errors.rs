@@ -185,6 +185,12 @@ pub enum IdgenError {
         nodes: Vec<String>,
         proven: bool,
     },
+    /// Another cluster's mark with this server's machine id keeps moving in
+    /// `snowflake_high_water` (logical replication brings it here).
+    SnowflakeMachineIdReplicated {
+        machine: i64,
+        system_identifier: i64,
+    },
     /// Snowflake IDs refused while `SnowflakeMachineIdShared` is proven
     /// (`problem`: its message).
     SnowflakeMachineRefused {
@@ -681,6 +687,7 @@ impl IdgenError {
             SnowflakeNoCitusGroup { .. }
             | SnowflakeMachineIdShared { .. }
             | SnowflakeMachineRefused { .. }
+            | SnowflakeMachineIdReplicated { .. }
             | CitusCoordinatorFailed { .. }
             | CitusCoordinatorRefused { .. }
             | CitusTagMissing { .. }
@@ -933,6 +940,10 @@ mod tests {
             },
             SnowflakeMachineRefused {
                 problem: s("snowflake machine id 7 is also ..."),
+            },
+            SnowflakeMachineIdReplicated {
+                machine: 7,
+                system_identifier: 7_400_000_000_000_000_000,
             },
             CitusCoordinatorFailed {
                 tag: s("orders"),

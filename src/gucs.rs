@@ -169,6 +169,9 @@ pub static SNOWFLAKE_SEQUENCE_BITS: GucSetting<i32> = GucSetting::<i32>::new(12)
 
 /// How far snowflake time may run ahead of the wall clock, in ms.
 pub static SNOWFLAKE_MAX_LEAD_MS: GucSetting<i32> = GucSetting::<i32>::new(5_000);
+/// How far apart the clocks of a primary and its standbys (or the server
+/// a restore replaces) may be: see `register_snowflake`.
+pub static SNOWFLAKE_CLOCK_SKEW_MS: GucSetting<i32> = GucSetting::<i32>::new(1_000);
 
 /// How long a snowflake call waits for the clock before it fails, in ms.
 pub static SNOWFLAKE_MAX_WAIT_MS: GucSetting<i32> = GucSetting::<i32>::new(10_000);
@@ -322,6 +325,16 @@ pub fn register_snowflake(hooks: &CheckHooks) {
         &SNOWFLAKE_MAX_LEAD_MS,
         0,
         i32::MAX,
+        GucContext::Sighup,
+        GucFlags::UNIT_MS,
+    );
+    GucRegistry::define_int_guc(
+        c"pg_idgen.snowflake_clock_skew",
+        c"How far this server's clock may be behind the clock of a server it replaces (the primary it was a standby of, the server a restore replaces).",
+        c"A server that cannot prove its high-water mark is current (promoted, restored to a point in time, started without its state file) starts above its clock plus pg_idgen.snowflake_max_lead plus this: the most the server before it could have issued. Its first snowflake ID then waits about this long. NTP keeps servers within milliseconds; the default leaves room for a clock that NTP has not yet stepped.",
+        &SNOWFLAKE_CLOCK_SKEW_MS,
+        0,
+        600_000,
         GucContext::Sighup,
         GucFlags::UNIT_MS,
     );

@@ -1,6 +1,7 @@
-//! Errors of Citus: a node's machine id from its group (or shared with
-//! another node), a worker's refills from the coordinator, and what a
-//! worker or Citus may not do with the extension's tags and tables. Each
+//! Errors of Citus and of other servers sharing a machine id: a node's
+//! machine id from its group (or shared with another node or a replicating
+//! cluster), a worker's refills from the coordinator, and what a worker or
+//! Citus may not do with the extension's tags and tables. Each
 //! arm declares one error: SQLSTATE, message, hint.
 
 use pgrx::pg_sys::errcodes::PgSqlErrorCode::{self, *};
@@ -43,6 +44,13 @@ pub(super) fn report(error: &IdgenError) -> Report {
                 nodes.join(", ")
             ),
             OWN_MACHINE_ID,
+        ),
+        SnowflakeMachineIdReplicated { machine, system_identifier } => Report::new(
+            ERRCODE_WARNING,
+            format!(
+                "another live cluster (system identifier {system_identifier}) issues snowflake IDs under this server's machine id {machine}: its mark reaches this database by logical replication"
+            ),
+            "Give each server of a logical replication its own pg_idgen.machine_id (a publisher and its subscriber both issue IDs, as a blue/green pair or two-way replication does), and restart the one you change; meanwhile this server stays above the other's IDs only as far as replication is current.",
         ),
         SnowflakeMachineRefused { problem } => Report::new(
             ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,

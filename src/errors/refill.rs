@@ -9,7 +9,9 @@ use pgrx::pg_sys::errcodes::PgSqlErrorCode::{self, *};
 use super::remote::{central_moved_hint, remote_session_unsafe};
 use super::segment::{unknown_tag, NO_MORE_IDS};
 use super::settings::FALLBACK_MACHINE_ID_HINT;
-use super::{misrouted, quote_identifier, quote_literal, IdgenError, Report, StoredError, SEE_SERVER_LOG};
+use super::{
+    misrouted, quote_identifier, quote_literal, IdgenError, Report, StoredError, SEE_SERVER_LOG,
+};
 use crate::segment::policy::RefillProblem;
 
 /// The report of an error of a refill or a caller waiting for one.

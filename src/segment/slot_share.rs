@@ -71,7 +71,8 @@ pub fn choose(slots: &[SlotFacts], database: u32, quota: usize, idle_after_ms: i
     };
     match free.or(never_served).or(idlest) {
         Some(index) => Choice::Take(index),
-        None if at_quota => Choice::QuotaReached { held },
+        // A share as large as the registry restricts nothing: it is full.
+        None if at_quota && held < slots.len() => Choice::QuotaReached { held },
         None => Choice::Full,
     }
 }
@@ -181,6 +182,13 @@ mod tests {
     fn no_busy_tag_is_ever_pushed_out() {
         let slots = [busy(2), idle(3, IDLE - 1), busy(1)];
         assert_eq!(choose(&slots, 1, 4, IDLE), Choice::Full);
+    }
+
+    #[test]
+    fn a_database_holding_every_slot_finds_the_registry_full() {
+        let slots = [busy(1), busy(1)];
+        assert_eq!(choose(&slots, 1, 2, IDLE), Choice::Full);
+        assert_eq!(choose(&slots, 2, 2, IDLE), Choice::Full);
     }
 
     #[test]

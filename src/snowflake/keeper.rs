@@ -35,8 +35,8 @@ use super::config::{self, config, setting_text};
 use super::generator::IdleWatch;
 use super::layout::Layout;
 use super::shared::{snowflake, Snowflake, KEEPER_RESTART};
-use super::state_file::{self, HighWater, Saved};
-use super::wal_mark::{self, MarkProblem};
+use super::state_file::{self, HighWater, Saved, STATE_FILE};
+use super::wal_mark::{self, MarkProblem, Marks, OtherMark};
 use crate::bgworker;
 use crate::citus::{self, Node};
 use crate::errors::IdgenError;
@@ -159,6 +159,9 @@ pub extern "C-unwind" fn pg_idgen_snowflake_keeper_main(_arg: pg_sys::Datum) {
         window_warned: None,
         idle_watches: Default::default(),
         namesakes_looked_ms: None,
+        other_clusters_seen: Default::default(),
+        citus_namesake: None,
+        replicated_namesake: None,
     };
     loop {
         if bgworker::reload_if_asked() {
@@ -285,6 +288,13 @@ struct Keeper {
     /// When (monotonic ms) the other Citus nodes were last asked for their
     /// machine ids (`look_for_namesakes`).
     namesakes_looked_ms: Option<i64>,
+    /// When each other cluster's row with this machine id was last seen
+    /// raised (`watch_other_clusters`), by system identifier.
+    other_clusters_seen: std::collections::HashMap<i64, i64>,
+    /// What the last look found: a Citus node with this machine id; a live
+    /// cluster whose mark replicates here with it.
+    citus_namesake: Option<IdgenError>,
+    replicated_namesake: Option<IdgenError>,
 }
 
 /// How often a node with a machine id of its own asks the other nodes of
@@ -308,7 +318,10 @@ impl Keeper {
             let now_ms = mono_now_ms();
             if now_ms - self.last_read_ms >= REREAD_MS {
                 self.last_read_ms = now_ms;
-                if let Ok(Some(mark)) = self.read() {
+                if let Ok(Marks {
+                    own: Some(mark), ..
+                }) = self.read()
+                {
                     self.state.set_wal_mark(mark_unix_ms(&mark));
                     self.remember_replayed(&mark);
                 }
@@ -320,15 +333,33 @@ impl Keeper {
         // above what this run committed raises the floors.
         let now_ms = mono_now_ms();
         if !self.floors_raised || now_ms - self.last_read_ms >= REREAD_MS {
-            let Ok(mark) = self.read() else { return };
+            let Ok(marks) = self.read() else { return };
             self.last_read_ms = now_ms;
-            match mark.filter(|m| m.main >= 0 || m.javascript >= 0) {
+            let issued = |m: &HighWater| m.main >= 0 || m.javascript >= 0;
+            for other in marks.others.iter().filter(|o| issued(&o.mark)) {
+                // Another cluster's IDs under this machine id: above them.
+                self.raise_floors(&other.mark);
+            }
+            self.watch_other_clusters(&marks.others);
+            match marks.own.filter(issued) {
                 Some(mark) => {
                     self.raise_floors(&mark.above(self.committed_here.as_ref()));
                     self.state.set_wal_mark(mark_unix_ms(&mark));
                 }
-                None if !self.floors_raised => self.raise_floors_without_a_mark(),
+                None if !self.floors_raised && !marks.others.iter().any(|o| issued(&o.mark)) => {
+                    self.raise_floors_without_a_mark()
+                }
                 None => {}
+            }
+            let current = state_file::marks_are_current(
+                marks.own_timeline,
+                wal_mark::insertion_timeline(),
+                self.state.state_file_found.load(Ordering::Acquire),
+            );
+            // (No row: nothing issued under this system yet, or the row
+            // lost — `raise_floors_without_a_mark` bounds that case.)
+            if !self.floors_raised && marks.own.is_some() && !current {
+                self.raise_floors_above_any_predecessor();
             }
             if !self.floors_raised {
                 self.warn_if_a_copy();
@@ -405,7 +436,8 @@ impl Keeper {
                 proven: false,
             }),
         };
-        self.state.set_machine_problem(problem);
+        self.citus_namesake = problem;
+        self.publish_machine_problem();
     }
 
     /// With `pg_idgen.machine_id = 'citus'` (once the floors are raised,
@@ -472,11 +504,63 @@ impl Keeper {
         self.state.lease.problem.set(problem);
     }
 
-    /// The WAL-logged mark (`None`: none committed yet); a problem is
-    /// stored for the callers and the status view, and is `Err`.
-    fn read(&self) -> Result<Option<HighWater>, ()> {
+    /// The WAL-logged marks: this cluster's, and the other clusters' rows
+    /// with this server's machine id; a problem is stored for the callers
+    /// and the status view, and is `Err`.
+    fn read(&self) -> Result<Marks, ()> {
         let database = self.database.clone();
-        self.transact(move || wal_mark::read(&database))
+        let machine = self.machine_id();
+        self.transact(move || wal_mark::read(&database, machine))
+    }
+
+    /// The machine id the generators issue under now (`None` while a
+    /// lease or a Citus group is not given yet).
+    fn machine_id(&self) -> Option<i64> {
+        let config = config()?;
+        match config.lease || config.citus {
+            true => Some(self.state.lease.machine.load(Ordering::Acquire)).filter(|m| *m >= 0),
+            false => config.machine_set.then_some(config.machine),
+        }
+    }
+
+    /// Another cluster's row with this server's machine id that moves while
+    /// this server runs: a live server issues IDs under the same machine id
+    /// — its row reaches this database by logical replication (a publisher
+    /// or subscriber whose configuration was copied). Its IDs raise this
+    /// server's floor at each read, which keeps the two apart only as far
+    /// as replication is current: a WARNING and `machine_problem` say so.
+    fn watch_other_clusters(&mut self, others: &[OtherMark]) {
+        let machine = self.machine_id();
+        let mut live = None;
+        for other in others
+            .iter()
+            .filter(|o| o.machine_id.is_some() && o.machine_id == machine)
+        {
+            let seen = self
+                .other_clusters_seen
+                .insert(other.system_identifier, other.updated_unix_ms);
+            if seen.is_some_and(|before| other.updated_unix_ms > before) {
+                live = Some(other.system_identifier);
+            }
+        }
+        if let Some(system_identifier) = live {
+            self.replicated_namesake = Some(IdgenError::SnowflakeMachineIdReplicated {
+                machine: machine.unwrap_or(-1),
+                system_identifier,
+            });
+            self.publish_machine_problem();
+        }
+    }
+
+    /// The machine id's problem for the status view and the callers: a
+    /// Citus node with the same id (proven: IDs refused), or a live
+    /// cluster whose mark replicates here with it.
+    fn publish_machine_problem(&self) {
+        let problem = self
+            .citus_namesake
+            .clone()
+            .or_else(|| self.replicated_namesake.clone());
+        self.state.set_machine_problem(problem);
     }
 
     /// Runs `body` in a transaction of its own, bounded by how long callers
@@ -519,6 +603,30 @@ impl Keeper {
                 generator.raise_floor(floor);
             }
         }
+    }
+
+    /// A start whose marks may be stale (`state_file::marks_are_current`:
+    /// promoted, restored to a point in time, started without its state
+    /// file, or the first start after an update from 0.3.0, whose row has
+    /// no timeline): both generators start above anything the
+    /// server before it could have issued under this machine id — its
+    /// clock (within `pg_idgen.snowflake_clock_skew` of this one's) plus
+    /// `pg_idgen.snowflake_max_lead` — as the WAL cannot prove more.
+    fn raise_floors_above_any_predecessor(&self) {
+        let floor_unix_ms = state_file::floor_above_any_predecessor(
+            now_unix_ms(),
+            i64::from(gucs::SNOWFLAKE_MAX_LEAD_MS.get()),
+            i64::from(gucs::SNOWFLAKE_CLOCK_SKEW_MS.get()),
+        );
+        for generator in [&self.state.main, &self.state.javascript] {
+            let floor = floor_unix_ms - generator.layout().epoch_ms;
+            if floor > generator.persisted_limit() {
+                generator.raise_floor(floor);
+            }
+        }
+        pgrx::log!(
+            "pg_idgen snowflake keeper: this start cannot prove its snowflake mark is current (promoted, restored to a point in time, or started without {STATE_FILE}); snowflake IDs start above {floor_unix_ms} ms since 1970: the clock plus pg_idgen.snowflake_max_lead and pg_idgen.snowflake_clock_skew"
+        );
     }
 
     /// The table holds no mark (none committed, or its row deleted, or the
@@ -624,7 +732,9 @@ impl Keeper {
             javascript: state_file::high_water_id(state.javascript.layout(), limits[1]),
         };
         let database = self.database.clone();
-        let Ok(committed) = self.transact(move || wal_mark::commit(&database, &mark)) else {
+        let machine = self.machine_id();
+        let Ok(committed) = self.transact(move || wal_mark::commit(&database, &mark, machine))
+        else {
             return;
         };
         // The row keeps the greater of each mark: one above ours (restored

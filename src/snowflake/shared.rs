@@ -201,6 +201,8 @@ pub struct Snowflake {
     machine_shared: AtomicBool,
     /// Why this node's machine id cannot be trusted ("" when it can).
     machine_problem: SharedText,
+    /// The state file was there when the server started.
+    pub state_file_found: AtomicBool,
 }
 
 static SNOWFLAKE: AtomicPtr<Snowflake> = AtomicPtr::new(null_mut());
@@ -330,6 +332,7 @@ pub unsafe fn attach(base: *mut u8, found: bool) {
                     citus_group: AtomicI64::new(-1),
                     machine_shared: AtomicBool::new(false),
                     machine_problem: SharedText::new(),
+                    state_file_found: AtomicBool::new(saved.is_some()),
                 },
             )
         };

@@ -153,6 +153,33 @@ pub fn floor_without_a_mark(
     Some(known.saturating_add(max_lead_ms))
 }
 
+/// Whether a primary's start can trust its marks to cover every ID of
+/// its machine id: its own row of `snowflake_high_water` was committed on
+/// the timeline it is on now (a crash recovery replayed all of it — not a
+/// promotion or a point-in-time restore, which start a new timeline and
+/// may lack the old primary's last commits), and the state file was there
+/// at the start (which carries what this server issued in any database:
+/// without it, a `pg_idgen.snowflake_database` changed and changed back
+/// leaves only a stale row).
+pub fn marks_are_current(
+    row_timeline: Option<i64>,
+    timeline_now: i64,
+    state_file_found: bool,
+) -> bool {
+    state_file_found && row_timeline == Some(timeline_now)
+}
+
+/// Where a start that cannot trust its marks (`marks_are_current`) begins
+/// (Unix ms): above anything the server before it could have issued with
+/// this machine id — its clock, at most `clock_skew_ms` ahead of this
+/// one's now, plus the `max_lead_ms` snowflake time may run ahead of it.
+/// The first ID then waits about `clock_skew_ms` for this server's clock.
+pub fn floor_above_any_predecessor(now_unix_ms: i64, max_lead_ms: i64, clock_skew_ms: i64) -> i64 {
+    now_unix_ms
+        .saturating_add(max_lead_ms)
+        .saturating_add(clock_skew_ms)
+}
+
 /// Renders the file's content.
 pub fn render(state: &HighWater) -> String {
     let l = &state.layout;
@@ -354,6 +381,30 @@ mod mark_tests {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn only_a_restart_on_the_timeline_of_the_row_with_the_file_trusts_the_marks() {
+        assert!(super::marks_are_current(Some(1), 1, true));
+        // Promoted, or restored to a point in time: a later timeline.
+        assert!(!super::marks_are_current(Some(1), 2, true));
+        // No state file: the row may be a stale one.
+        assert!(!super::marks_are_current(Some(1), 1, false));
+        // A row from before 0.4.0, or none.
+        assert!(!super::marks_are_current(None, 1, true));
+    }
+
+    #[test]
+    fn an_untrusted_start_begins_above_the_predecessors_clock_and_lead() {
+        assert_eq!(
+            super::floor_above_any_predecessor(1_000_000, 5_000, 1_000),
+            1_006_000
+        );
+        assert_eq!(
+            super::floor_above_any_predecessor(i64::MAX - 1, 5, 5),
+            i64::MAX
+        );
+    }
+
     use super::*;
     use crate::snowflake::layout::{Parts, DEFAULT_EPOCH_MS};
 

@@ -1,6 +1,18 @@
-//! The WAL-logged high-water mark: the one row of `snowflake_high_water`
-//! in `pg_idgen.snowflake_database`, which the snowflake keeper commits
-//! (synchronously, to the local WAL) before any ID up to it is issued.
+//! The WAL-logged high-water mark: this cluster's row of
+//! `snowflake_high_water` in `pg_idgen.snowflake_database`, which the
+//! snowflake keeper commits (synchronously, to the local WAL) before any
+//! ID up to it is issued.
+//!
+//! One row per cluster, keyed by its system identifier, with the machine id
+//! its IDs carry: a physical standby replays its primary's row (the same
+//! system identifier), while a row that logical replication, a dump or
+//! `pg_upgrade` brings from another cluster stays a row of its own — a
+//! publisher's mark is never written over the subscriber's. Another
+//! cluster's row counts for this cluster's floor when it has this server's
+//! machine id (or an unknown one, from before 0.4.0): `pg_upgrade` and a
+//! restored dump start above the old cluster's IDs; and one that keeps
+//! moving while this server runs is a live server issuing IDs under this
+//! server's machine id (`keeper.rs` warns).
 //!
 //! Why a table row: a row's commit is in the WAL, before every row that
 //! holds an ID it covers (those IDs are issued only after the commit). So
@@ -101,8 +113,43 @@ fn table(
     }
 }
 
-/// Reads the mark: `Ok(None)` when none was committed yet.
-pub fn read(database: &str) -> Result<Result<Option<HighWater>, MarkProblem>, pgrx::spi::Error> {
+/// The WAL timeline this server inserts on (a primary's).
+pub fn insertion_timeline() -> i64 {
+    // SAFETY: called by the keeper of a primary (recovery has ended), so
+    // the insertion timeline is set and no longer changes.
+    i64::from(unsafe { pgrx::pg_sys::GetWALInsertionTimeLine() })
+}
+
+/// Another cluster's row that counts for this one: it has this server's
+/// machine id (or an unknown one), so its IDs could equal ours.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OtherMark {
+    pub system_identifier: i64,
+    /// `None`: a row from before 0.4.0, whose machine id is not known.
+    pub machine_id: Option<i64>,
+    pub mark: HighWater,
+    /// When that cluster's keeper last raised it (Unix ms): it moving while
+    /// this server runs means that cluster is live.
+    pub updated_unix_ms: i64,
+}
+
+/// What the table holds for this cluster.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Marks {
+    /// This cluster's own row (`None`: none committed yet).
+    pub own: Option<HighWater>,
+    /// The WAL timeline its row was last committed on (`None`: not known).
+    pub own_timeline: Option<i64>,
+    /// The rows of other clusters that count (see `OtherMark`).
+    pub others: Vec<OtherMark>,
+}
+
+/// Reads this cluster's row and the other clusters' rows with machine id
+/// `machine` (or an unknown one; every row when `machine` is `None`).
+pub fn read(
+    database: &str,
+    machine: Option<i64>,
+) -> Result<Result<Marks, MarkProblem>, pgrx::spi::Error> {
     Spi::connect_mut(|client| {
         let MarkTable { schema, owner } = match table(client, database)? {
             Ok(table) => table,
@@ -111,41 +158,65 @@ pub fn read(database: &str) -> Result<Result<Option<HighWater>, MarkProblem>, pg
         let rows = as_owner(owner, || {
             client.select(
                 &format!(
-                    "SELECT epoch_ms, time_bits::pg_catalog.int8, machine_bits::pg_catalog.int8, \
-                        sequence_bits::pg_catalog.int8, default_high_id, javascript_high_id \
-                   FROM {schema}.snowflake_high_water"
+                    "SELECT h.system_identifier OPERATOR(pg_catalog.=) \
+                            (pg_catalog.pg_control_system()).system_identifier, \
+                            h.system_identifier, h.machine_id, h.epoch_ms, \
+                            h.time_bits::pg_catalog.int8, h.machine_bits::pg_catalog.int8, \
+                            h.sequence_bits::pg_catalog.int8, h.default_high_id, h.javascript_high_id, \
+                            (EXTRACT(epoch FROM h.updated_at) OPERATOR(pg_catalog.*) 1000)::pg_catalog.int8, \
+                            h.timeline \
+                       FROM {schema}.snowflake_high_water h"
                 ),
-                Some(1),
+                None,
                 &[],
             )
         })?;
-        if rows.is_empty() {
-            return Ok(Ok(None));
+        let mut marks = Marks::default();
+        for row in rows {
+            let own = row.get::<bool>(1)?.unwrap_or(false);
+            let their_machine = row.get::<i64>(3)?;
+            if !own && their_machine.is_some() && machine.is_some() && their_machine != machine {
+                continue;
+            }
+            let field = |i: usize| row.get::<i64>(i).map(Option::unwrap_or_default);
+            let (epoch_ms, time, bits, sequence) = (field(4)?, field(5)?, field(6)?, field(7)?);
+            let width = |b: i64| u32::try_from(b).unwrap_or(u32::MAX);
+            let Ok(layout) = Layout::new(epoch_ms, width(time), width(bits), width(sequence), 63)
+            else {
+                return Ok(Err(MarkProblem::Damaged {
+                    problem: format!("layout {time}/{bits}/{sequence} does not add up to 63 bits"),
+                }));
+            };
+            let mark = HighWater {
+                layout,
+                main: field(8)?,
+                javascript: field(9)?,
+            };
+            match own {
+                true => {
+                    marks.own = Some(mark);
+                    marks.own_timeline = row.get::<i64>(11)?;
+                }
+                false => marks.others.push(OtherMark {
+                    system_identifier: field(2)?,
+                    machine_id: their_machine,
+                    mark,
+                    updated_unix_ms: field(10)?,
+                }),
+            }
         }
-        let row = rows.first();
-        let field = |i: usize| row.get::<i64>(i).map(Option::unwrap_or_default);
-        let (epoch_ms, time, machine, sequence) = (field(1)?, field(2)?, field(3)?, field(4)?);
-        let (main, javascript) = (field(5)?, field(6)?);
-        let bits = |b: i64| u32::try_from(b).unwrap_or(u32::MAX);
-        let Ok(layout) = Layout::new(epoch_ms, bits(time), bits(machine), bits(sequence), 63)
-        else {
-            return Ok(Err(MarkProblem::Damaged {
-                problem: format!("layout {time}/{machine}/{sequence} does not add up to 63 bits"),
-            }));
-        };
-        Ok(Ok(Some(HighWater {
-            layout,
-            main,
-            javascript,
-        })))
+        Ok(Ok(marks))
     })
 }
 
-/// Commits `mark` (never below what the row holds: each high-water ID is
-/// the greater of the two) and returns the row as committed.
+/// Commits `mark` in this cluster's row, with the machine id its IDs carry
+/// and the WAL timeline it is committed on (never below what the row
+/// holds: each high-water ID is the greater of the two), and returns the
+/// row as committed.
 pub fn commit(
     database: &str,
     mark: &HighWater,
+    machine: Option<i64>,
 ) -> Result<Result<HighWater, MarkProblem>, pgrx::spi::Error> {
     Spi::connect_mut(|client| {
         let MarkTable { schema, owner } = match table(client, database)? {
@@ -155,29 +226,33 @@ pub fn commit(
         let l = &mark.layout;
         let rows = as_owner(owner, || {
             client.update(
-            &format!(
-                "INSERT INTO {schema}.snowflake_high_water AS h \
-                        (only_row, epoch_ms, time_bits, machine_bits, sequence_bits, \
-                         default_high_id, javascript_high_id, updated_at) \
-                 VALUES (true, $1, $2, $3, $4, $5, $6, pg_catalog.now()) \
-                 ON CONFLICT (only_row) DO UPDATE SET \
-                        epoch_ms = EXCLUDED.epoch_ms, time_bits = EXCLUDED.time_bits, \
-                        machine_bits = EXCLUDED.machine_bits, sequence_bits = EXCLUDED.sequence_bits, \
-                        default_high_id = GREATEST(h.default_high_id, EXCLUDED.default_high_id), \
-                        javascript_high_id = GREATEST(h.javascript_high_id, EXCLUDED.javascript_high_id), \
-                        updated_at = EXCLUDED.updated_at \
-                 RETURNING default_high_id, javascript_high_id"
-            ),
-            None,
-            &[
-                l.epoch_ms.into(),
-                i64::from(l.time_bits).into(),
-                i64::from(l.machine_bits).into(),
-                i64::from(l.sequence_bits).into(),
-                mark.main.into(),
-                mark.javascript.into(),
-            ],
-        )
+                &format!(
+                    "INSERT INTO {schema}.snowflake_high_water AS h \
+                            (system_identifier, machine_id, timeline, epoch_ms, time_bits, machine_bits, \
+                             sequence_bits, default_high_id, javascript_high_id, updated_at) \
+                     VALUES ((pg_catalog.pg_control_system()).system_identifier, $7, $8, \
+                             $1, $2, $3, $4, $5, $6, pg_catalog.now()) \
+                     ON CONFLICT (system_identifier) DO UPDATE SET \
+                            machine_id = EXCLUDED.machine_id, timeline = EXCLUDED.timeline, \
+                            epoch_ms = EXCLUDED.epoch_ms, time_bits = EXCLUDED.time_bits, \
+                            machine_bits = EXCLUDED.machine_bits, sequence_bits = EXCLUDED.sequence_bits, \
+                            default_high_id = GREATEST(h.default_high_id, EXCLUDED.default_high_id), \
+                            javascript_high_id = GREATEST(h.javascript_high_id, EXCLUDED.javascript_high_id), \
+                            updated_at = EXCLUDED.updated_at \
+                     RETURNING default_high_id, javascript_high_id"
+                ),
+                None,
+                &[
+                    l.epoch_ms.into(),
+                    i64::from(l.time_bits).into(),
+                    i64::from(l.machine_bits).into(),
+                    i64::from(l.sequence_bits).into(),
+                    mark.main.into(),
+                    mark.javascript.into(),
+                    machine.into(),
+                    insertion_timeline().into(),
+                ],
+            )
         })?;
         let row = rows.first();
         Ok(Ok(HighWater {

@@ -63,7 +63,9 @@ def test_moving_max_id_backwards_is_refused_before_and_after_restarts(durable):
             else:
                 pytest.fail(f"{stage}: accepted {statement!r} (max_id {before[0]} -> "
                             f"{row_range(c, db, 'tamper')[0]})")
-            assert row_range(c, db, "tamper")[0] == before[0], f"{stage}: {statement!r} changed max_id"
+            # Not lowered: the refill worker may raise it meanwhile (a
+            # prefetch after the draws), which is no change by the statement.
+            assert row_range(c, db, "tamper")[0] >= before[0], f"{stage}: {statement!r} lowered max_id"
         drawn += draw_new(c, db, "tamper", 25)
     assert_unique(drawn)
     assert_increasing(drawn)
