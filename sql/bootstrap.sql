@@ -38,20 +38,15 @@ CREATE TABLE id_segment_remote (
     -- the transaction that publishes the range): a central row below it
     -- means the central server went back, and the refill is refused.
     max_id_seen   bigint,
-    -- Where the central server was at this server's last refill from it
-    -- (its id_segment_origin, read through the foreign table origin_table):
-    -- a refill finding another system identifier, another timeline or a
-    -- WAL position below this one is refused (src/segment/fence.rs).
-    -- central_clock is the central server's clock then: a
-    -- segment_central_accept() there after it lets refills go on.
+    -- The foreign table over the central server's id_segment_origin, which
+    -- every refill reads first (src/segment/fence.rs).
     origin_table  regclass,
+    -- The central identity this tag last refilled from: the cluster, the
+    -- OIDs of the database and of id_segment there, the WAL timeline (the
+    -- key of its row in id_segment_central, which says where the central
+    -- server was then).
     central_system_identifier bigint,
     central_timeline bigint,
-    central_wal_lsn pg_lsn,
-    central_clock timestamptz,
-    -- Which database and which id_segment table there (their OIDs): a
-    -- dump restored into the same cluster, or the server pointed at
-    -- another copy of the database, is another table.
     central_database_oid bigint,
     central_table_oid bigint
 );
@@ -68,14 +63,12 @@ CREATE TABLE id_segment_detached (
     server      name        NOT NULL,
     max_id_seen bigint      NOT NULL,
     detached_at timestamptz NOT NULL DEFAULT now(),
-    -- Where the central server was at the tag's last refill here (as in
-    -- id_segment_remote): a segment_attach, and every refill of a tag
-    -- attached through the same server, is fenced by it too, so that a
-    -- drop and an attach do not forget a central server that went back.
+    -- The central identity the tag last refilled from here (as in
+    -- id_segment_remote): a segment_attach of the tag, and every refill
+    -- through a server of that name, is fenced by it too, so that a drop
+    -- and an attach do not forget a central server that moved.
     central_system_identifier bigint,
     central_timeline bigint,
-    central_wal_lsn pg_lsn,
-    central_clock timestamptz,
     central_database_oid bigint,
     central_table_oid bigint,
     -- One row per tag and server: attaching the tag through another
@@ -100,6 +93,26 @@ COMMENT ON COLUMN id_segment_citus.biz_tag IS 'the segment tag';
 COMMENT ON COLUMN id_segment_citus.max_id_seen IS 'the largest coordinator max_id this node took IDs below: a coordinator row below it went back';
 COMMENT ON COLUMN id_segment_citus.updated_at IS 'when the last refill from the coordinator raised it';
 SELECT pg_catalog.pg_extension_config_dump('id_segment_citus', '');
+-- Where each central server this database refilled from was, by its
+-- identity: the cluster (system identifier), the OIDs of its database and
+-- id_segment, the WAL timeline; with the WAL position and the central
+-- clock the latest refill (or segment_attach) from it saw, through
+-- whichever server and for whichever tag. A refill finding the central
+-- cluster's WAL behind a row of its timeline, its table on another
+-- timeline, or another table than its route's tags last refilled from is
+-- refused until segment_central_accept() there after that row's clock
+-- (src/segment/fence.rs).
+CREATE TABLE id_segment_central (
+    system_identifier bigint      NOT NULL,
+    database_oid      bigint      NOT NULL,
+    table_oid         bigint      NOT NULL,
+    timeline          bigint      NOT NULL,
+    wal_lsn           pg_lsn      NOT NULL,
+    clock             timestamptz NOT NULL,
+    PRIMARY KEY (system_identifier, database_oid, table_oid, timeline)
+);
+COMMENT ON TABLE id_segment_central IS 'pg_idgen: each central id_segment and WAL timeline this database refilled from, and where the central server was at the latest refill';
+SELECT pg_catalog.pg_extension_config_dump('id_segment_central', '');
 
 -- Where this server is, for the servers attached to it (segment_attach
 -- reads it through postgres_fdw; every refill checks it): which cluster,

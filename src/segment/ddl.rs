@@ -30,8 +30,8 @@
 use super::citus_source;
 use super::created_here;
 use super::default_check::tag_uses;
-use super::distributor::{read_origin, record_position, recorded_of_server};
-use super::fence::{refusal, relevant};
+use super::distributor::{read_origin, record_position, recorded_of_server, RecordTables};
+use super::fence::refusal;
 use super::registry::registry_or_raise;
 use super::sql::{forget_resolved, note_setval};
 use super::tag::{self, check_tag, current_table_oid, table_name};
@@ -152,9 +152,13 @@ fn segment_drop(
         "DELETE FROM {} WHERE biz_tag OPERATOR(pg_catalog.=) $1",
         table_name(table_oid)
     );
-    // An attached tag: its registration goes, its mark stays in
-    // id_segment_detached for a later attach; the central row stays.
-    // (Under 0.2.0's SQL there is neither the mark nor the table.)
+    // An attached tag: its registration goes, the central row stays. Its
+    // record stays in id_segment_detached (a row per tag and server): its
+    // mark, for a later attach, and the central identity it last refilled
+    // from, which fences a later attach of it and the refills through a
+    // server of that name (`fence.rs`) — the attached row as it was, in
+    // whatever columns this SQL has. (Under 0.2.0's SQL there is neither
+    // the mark nor the table.)
     let detach = tag::remote_table_name(table_oid).map(|remote| {
         format!(
             "DELETE FROM {remote} AS r WHERE r.biz_tag OPERATOR(pg_catalog.=) $1 \
@@ -163,32 +167,17 @@ fn segment_drop(
                        pg_catalog.to_jsonb(r)::pg_catalog.text"
         )
     });
-    // The mark, and where the central server was at the tag's last refill
-    // (the fence of a later attach, and of the refills of the tags still
-    // attached through that server: `distributor::recorded_of_server`).
     let keep_mark = tag::detached_table_name(table_oid).map(|detached| {
-        let position = |name: &str, sql_type: &str| {
-            format!("(r.row OPERATOR(pg_catalog.->>) '{name}')::pg_catalog.{sql_type}")
-        };
-        format!(
-            "INSERT INTO {detached} AS d (biz_tag, server, max_id_seen, central_system_identifier, \
-                    central_timeline, central_wal_lsn, central_clock, central_database_oid, central_table_oid) \
-             SELECT $1, $2, $3, {}, {}, {}, {}, {}, {} FROM (SELECT $4::pg_catalog.jsonb AS row) r \
-             ON CONFLICT (biz_tag, server) DO UPDATE SET \
-                 max_id_seen = GREATEST(d.max_id_seen, EXCLUDED.max_id_seen), \
-                 detached_at = pg_catalog.now(), \
-                 central_system_identifier = EXCLUDED.central_system_identifier, \
-                 central_timeline = EXCLUDED.central_timeline, \
-                 central_wal_lsn = EXCLUDED.central_wal_lsn, \
-                 central_clock = EXCLUDED.central_clock, \
-                 central_database_oid = EXCLUDED.central_database_oid, \
-                 central_table_oid = EXCLUDED.central_table_oid",
-            position("central_system_identifier", "int8"),
-            position("central_timeline", "int8"),
-            position("central_wal_lsn", "pg_lsn"),
-            position("central_clock", "timestamptz"),
-            position("central_database_oid", "int8"),
-            position("central_table_oid", "int8"),
+        (
+            format!(
+                "DELETE FROM {detached} WHERE biz_tag OPERATOR(pg_catalog.=) $1 \
+                   AND server OPERATOR(pg_catalog.=) $2 RETURNING max_id_seen"
+            ),
+            format!(
+                "INSERT INTO {detached} SELECT * FROM pg_catalog.jsonb_populate_record(NULL::{detached}, \
+                     $1::pg_catalog.jsonb OPERATOR(pg_catalog.||) pg_catalog.jsonb_build_object('max_id_seen', $2, \
+                                                                            'detached_at', pg_catalog.now()))"
+            ),
         )
     });
     let deleted = Spi::connect_mut(|client| {
@@ -198,15 +187,18 @@ fn segment_drop(
         if let Some(detach) = &detach {
             let detached = client.update(detach, None, &[tag.into()])?;
             deleted += detached.len();
-            if let (Some(keep_mark), false) = (&keep_mark, detached.is_empty()) {
+            if let (Some((forget, keep)), false) = (&keep_mark, detached.is_empty()) {
                 let row = detached.first();
-                if let (Some(server), Some(mark)) = (row.get::<String>(1)?, row.get::<i64>(2)?) {
-                    let record = row.get::<String>(3)?;
-                    client.update(
-                        keep_mark,
-                        None,
-                        &[tag.into(), server.into(), mark.into(), record.into()],
-                    )?;
+                if let (Some(server), Some(mark), Some(record)) = (
+                    row.get::<String>(1)?,
+                    row.get::<i64>(2)?,
+                    row.get::<String>(3)?,
+                ) {
+                    // Dropped from that server before: the larger mark.
+                    let before = client.update(forget, None, &[tag.into(), server.into()])?;
+                    let mark =
+                        mark.max(before.first().get::<i64>(1).ok().flatten().unwrap_or(mark));
+                    client.update(keep, None, &[record.into(), mark.into()])?;
                 }
             }
         }
@@ -427,12 +419,10 @@ fn segment_attach(
         let view = format!("{remote_schema}.{ORIGIN_VIEW}");
         let position = read_origin(client, &origin, server, &view)
             .map_err(spi_failed("segment_attach: central position"))?;
-        // Not past a fence: where this database saw the central server
-        // before (through this server or the same central table, by any
-        // tag attached or dropped here, or this tag through any server) it
-        // must not have gone back from, unless it was accepted there
-        // since. (A drop and an attach would otherwise start the tag afresh
-        // from a central server that lost ranges.)
+        // Not past a fence (`fence.rs`): the records of this database, with
+        // the route of this server and of this tag wherever it was dropped
+        // (a drop and an attach would otherwise start the tag afresh from a
+        // central server that lost ranges).
         let server_oid = client
             .select(
                 "SELECT oid FROM pg_catalog.pg_foreign_server WHERE srvname OPERATOR(pg_catalog.=) $1",
@@ -442,21 +432,10 @@ fn segment_attach(
             .and_then(|rows| rows.first().get::<pg_sys::Oid>(1))
             .map_err(spi_failed("segment_attach: server"))?
             .unwrap_or(pg_sys::InvalidOid);
-        let detached = tag::detached_table_name(table_oid);
-        let candidates = recorded_of_server(
-            client,
-            (&registry_table, detached.as_deref()),
-            server_oid,
-            Some(tag),
-        )
-        .map_err(spi_failed("segment_attach: central position"))?;
-        let recorded = relevant(&candidates, position.position);
-        if let Some(moved) = refusal(
-            &recorded,
-            position.position,
-            position.clock_us,
-            position.accepted,
-        ) {
+        let records = RecordTables::beside(table_oid, &registry_table);
+        let recorded = recorded_of_server(client, &records, server_oid, Some(tag))
+            .map_err(spi_failed("segment_attach: central position"))?;
+        if let Some(moved) = refusal(&recorded, &position.now, position.accepted) {
             return Err(IdgenError::AttachCentralMoved {
                 tag: tag.into(),
                 server: server.into(),
@@ -577,7 +556,7 @@ fn segment_attach(
             return Err(IdgenError::TagExists { tag: tag.into() });
         }
         if records_seen {
-            record_position(client, &registry_table, tag, &position)
+            record_position(client, &records, tag, &position)
                 .map_err(spi_failed("segment_attach: central position"))?;
         }
         Ok(())

@@ -52,15 +52,14 @@
 //!    turns into a cancel of the remote statement.
 //! 3. Where the central server is (its `id_segment_origin`: system
 //!    identifier, database and table OIDs, timeline, WAL position),
-//!    against what this database recorded at the last refill of any of
-//!    its tags attached through the same postgres_fdw server or through
-//!    another reaching the same central table
-//!    (`id_segment_remote.central_*`), or dropped from either
-//!    (`id_segment_detached.central_*`; `recorded_of_server`): another cluster,
-//!    another database or table, another timeline or WAL gone back is
-//!    refused (`CentralMoved`, `fence.rs`) before anything is written. This
-//!    catches what step 4's floor cannot: a central server that went back
-//!    to before ranges *other* shards took.
+//!    against this database's records (`recorded_of_server`: every row of
+//!    `id_segment_central`, and the central identities the tags of the
+//!    same route last refilled from): a move `fence.rs`'s invariants show
+//!    — another cluster or table than the route's, another timeline of
+//!    the table, the cluster's WAL gone back on its timeline — is refused
+//!    (`CentralMoved`) before anything is written, unless accepted there
+//!    since. This catches what step 4's floor cannot: a central server
+//!    that went back to before ranges *other* shards took.
 //! 4. The CAS, with the tag's `id_segment_remote.max_id_seen` (and the IDs
 //!    this server handed out) as the floor: a central row below it means
 //!    the central server went back, and the refill is refused
@@ -69,10 +68,10 @@
 //!    postgres_fdw commits the remote transaction just before the local
 //!    one, so the range is committed (and flushed) on the central server
 //!    before the mark and the range are; a failure between the two commits
-//!    leaves a gap. The position read in step 3 is recorded with it. So
-//!    the largest `max_id_seen` over every shard covers
-//!    every ID any of them handed out: the value to restore a central row
-//!    to.
+//!    leaves a gap. The position read in step 3 is recorded with it
+//!    (`record_position`). So the largest `max_id_seen` over every shard
+//!    covers every ID any of them handed out: the value to restore a
+//!    central row to.
 //!
 //! The remote transaction is REPEATABLE READ, so a CAS that loses to
 //! another allocator there fails with a serialization error (40001) rather
@@ -82,10 +81,7 @@
 //! creates can change what these statements do.
 
 use super::citus_source;
-use super::fence::{
-    parse_lsn, refusal, relevant, Acceptance, Candidate, CentralPosition, CentralTable, Lsn,
-    Recorded,
-};
+use super::fence::{refusal, Acceptance, Central, CentralTable, Records, Seen};
 use super::policy::{granted_range, plan_range, RefillProblem};
 use super::registry::{GiveBack, WorkerKey};
 use super::replication;
@@ -94,6 +90,7 @@ use crate::catalog::{as_owner, quote_identifier, table_schema};
 use crate::errors::IdgenError;
 use crate::failpoints::failpoint;
 use crate::remote_session;
+use pgrx::datum::DatumWithOid;
 use pgrx::pg_sys;
 use pgrx::pg_sys::panic::CaughtError;
 use pgrx::pg_sys::PgTryBuilder;
@@ -230,103 +227,142 @@ fn find_remote(
     ))
 }
 
-/// What this database recorded of the central server behind the
-/// postgres_fdw server `server_oid` at its last refills, as
-/// `fence::Candidate`s: the records (`id_segment_remote`, in `registry`)
-/// of each tag attached through that server, or registered under its
-/// name with its foreign table gone (they count whatever they say), and
-/// of every other attached tag (they count if they reached the same
-/// central cluster, whatever the address of the server they went
-/// through: `fence::relevant`);
-/// and the records kept at `segment_drop` (`id_segment_detached`, in
-/// `detached`) of the tags dropped from a server of that name or — for
-/// `segment_attach` — of the tag being attached (`attaching`), from
-/// wherever it was dropped (they count), and of every other dropped tag
-/// (they count if they reached the same central table). `fence::relevant`
-/// picks them once the central server said where it is; each refill and
-/// each `segment_attach` is checked against them all (`fence::refusal`),
-/// so neither another tag, nor a drop and an attach, nor another server's
-/// name or address gets past what one of them shows. (So a copy of a
-/// central server used as a second one is taken for the first gone back:
-/// refused, never trusted.) Read before the remote transaction starts, so
-/// that the CAS follows the read of the central position at once (a
-/// longer REPEATABLE READ transaction there loses more CAS races).
-/// Columns an older SQL lacks read as no record.
+/// The tables a database keeps its records of central servers in (`None`:
+/// not under its SQL; `fence.rs` says what each holds).
+pub struct RecordTables {
+    /// `id_segment_remote`: each attached tag's central identity.
+    pub registry: String,
+    /// `id_segment_detached` (0.3.0's SQL): each dropped tag's.
+    pub detached: Option<String>,
+    /// `id_segment_central` (0.4.0's SQL): where each central identity was
+    /// at the latest refill from it.
+    pub central: Option<String>,
+}
+
+impl RecordTables {
+    /// The record tables beside `id_segment` (OID `table_oid`), whose
+    /// `id_segment_remote` is `registry`.
+    pub fn beside(table_oid: u32, registry: &str) -> Self {
+        RecordTables {
+            registry: registry.to_string(),
+            detached: tag::detached_table_name(table_oid),
+            central: tag::central_table_name(table_oid),
+        }
+    }
+}
+
+/// What a refill of a tag through the postgres_fdw server `server_oid`,
+/// or its `segment_attach` (`attaching`: the tag), is checked against
+/// (`fence::Records`): every row of `id_segment_central`, and the central
+/// identities its route keeps — those of the tags attached through that
+/// server (by their foreign table's server; by the name they were
+/// attached under once their foreign table is gone), of the tags dropped
+/// from a server of that name, and, for an attach, of the tag itself
+/// wherever it was dropped.
+///
+/// Read before the remote transaction starts, so that the CAS follows the
+/// read of the central position at once (a longer REPEATABLE READ
+/// transaction there loses more CAS races). Columns an older SQL lacks
+/// read as no record; under the SQL before 0.4.0, which has no
+/// `id_segment_central`, the positions its tags kept
+/// (`central_wal_lsn`, `central_clock`) stand for its rows.
 pub fn recorded_of_server(
     client: &SpiClient<'_>,
-    (registry, detached): (&str, Option<&str>),
+    tables: &RecordTables,
     server_oid: pg_sys::Oid,
     attaching: Option<&str>,
-) -> Result<Vec<Candidate>, pgrx::spi::Error> {
-    let column = |alias: &str, name: &str| {
-        format!("(pg_catalog.to_jsonb({alias}) OPERATOR(pg_catalog.->>) '{name}')")
-    };
-    let columns = |alias: &str| {
+) -> Result<Records, pgrx::spi::Error> {
+    let registry = &tables.registry;
+    // A tag's central identity (a view that answered no OID: 0).
+    let identity = |alias: &str| {
+        let column = |name: &str| {
+            format!("(pg_catalog.to_jsonb({alias}) OPERATOR(pg_catalog.->>) 'central_{name}')::pg_catalog.int8")
+        };
         format!(
-            "{}::pg_catalog.int8, {}::pg_catalog.int8, {}, \
-             (EXTRACT(epoch FROM {}::pg_catalog.timestamptz) OPERATOR(pg_catalog.*) 1000000)::pg_catalog.int8, \
-             {}::pg_catalog.int8, {}::pg_catalog.int8",
-            column(alias, "central_system_identifier"),
-            column(alias, "central_timeline"),
-            column(alias, "central_wal_lsn"),
-            column(alias, "central_clock"),
-            column(alias, "central_database_oid"),
-            column(alias, "central_table_oid"),
+            "{}, COALESCE({}, 0), COALESCE({}, 0), {}",
+            column("system_identifier"),
+            column("database_oid"),
+            column("table_oid"),
+            column("timeline")
         )
     };
-    // Every attached tag's record, also of one whose foreign table or
-    // server was dropped since (`fence::relevant` picks by the central
-    // table those not of this server).
-    let mut query = format!(
-        "SELECT {}, (ft.ftserver OPERATOR(pg_catalog.=) $1 \
-                     OR (ft.ftserver IS NULL AND r.server OPERATOR(pg_catalog.=) \
-                         (SELECT s.srvname FROM pg_catalog.pg_foreign_server s \
-                           WHERE s.oid OPERATOR(pg_catalog.=) $1))) IS TRUE \
-           FROM {registry} r \
-           LEFT JOIN pg_catalog.pg_foreign_table ft ON ft.ftrelid OPERATOR(pg_catalog.=) r.foreign_table",
-        columns("r"),
+    let server_name =
+        "(SELECT s.srvname FROM pg_catalog.pg_foreign_server s WHERE s.oid OPERATOR(pg_catalog.=) $1)";
+    let mut route_query = format!(
+        "SELECT {} FROM {registry} r \
+           LEFT JOIN pg_catalog.pg_foreign_table ft ON ft.ftrelid OPERATOR(pg_catalog.=) r.foreign_table \
+          WHERE ft.ftserver OPERATOR(pg_catalog.=) $1 \
+             OR (ft.ftserver IS NULL AND r.server OPERATOR(pg_catalog.=) {server_name})",
+        identity("r")
     );
-    if let Some(detached) = detached {
-        query += &format!(
-            " UNION ALL SELECT {}, \
-                     (s.oid OPERATOR(pg_catalog.=) $1 OR d.biz_tag OPERATOR(pg_catalog.=) $2) IS TRUE \
-                FROM {detached} d \
-                LEFT JOIN pg_catalog.pg_foreign_server s ON s.srvname OPERATOR(pg_catalog.=) d.server",
-            columns("d"),
+    let mut jsonb_records = format!("SELECT pg_catalog.to_jsonb(r) AS j FROM {registry} r");
+    if let Some(detached) = &tables.detached {
+        route_query += &format!(
+            " UNION ALL SELECT {} FROM {detached} d \
+               WHERE d.server OPERATOR(pg_catalog.=) {server_name} \
+                  OR d.biz_tag OPERATOR(pg_catalog.=) $2",
+            identity("d")
         );
+        jsonb_records += &format!(" UNION ALL SELECT pg_catalog.to_jsonb(d) FROM {detached} d");
     }
-    let rows = client.select(&query, None, &[server_oid.into(), attaching.into()])?;
-    let mut candidates = Vec::new();
-    for row in rows {
-        if let (Some(system_identifier), Some(timeline), Some(wal_lsn), Some(clock_us)) = (
-            row.get::<i64>(1)?,
-            row.get::<i64>(2)?,
-            row.get::<String>(3)?.as_deref().and_then(parse_lsn),
-            row.get::<i64>(4)?,
-        ) {
-            candidates.push(Candidate {
-                record: Recorded {
-                    position: CentralPosition {
-                        system_identifier,
-                        table: central_table(row.get::<i64>(5)?, row.get::<i64>(6)?),
-                        timeline,
-                        wal_lsn,
-                    },
-                    clock_us,
+    let micros = |clock: &str| {
+        format!("(EXTRACT(epoch FROM {clock}) OPERATOR(pg_catalog.*) 1000000)::pg_catalog.int8")
+    };
+    let seen_query = match &tables.central {
+        Some(central) => format!(
+            "SELECT system_identifier, database_oid, table_oid, timeline, \
+                    (wal_lsn OPERATOR(pg_catalog.-) '0/0'::pg_catalog.pg_lsn)::pg_catalog.text, {} \
+               FROM {central}",
+            micros("clock")
+        ),
+        None => {
+            let column = |name: &str| format!("(x.j OPERATOR(pg_catalog.->>) 'central_{name}')");
+            format!(
+                "SELECT {}::pg_catalog.int8, COALESCE({}::pg_catalog.int8, 0), \
+                        COALESCE({}::pg_catalog.int8, 0), {}::pg_catalog.int8, \
+                        ({}::pg_catalog.pg_lsn OPERATOR(pg_catalog.-) '0/0'::pg_catalog.pg_lsn)::pg_catalog.text, {} \
+                   FROM ({jsonb_records}) x",
+                column("system_identifier"),
+                column("database_oid"),
+                column("table_oid"),
+                column("timeline"),
+                column("wal_lsn"),
+                micros(&format!("{}::pg_catalog.timestamptz", column("clock"))),
+            )
+        }
+    };
+    let central = |row: &pgrx::spi::SpiHeapTupleData| -> Result<Option<Central>, pgrx::spi::Error> {
+        Ok(match (row.get::<i64>(1)?, row.get::<i64>(4)?) {
+            (Some(system_identifier), Some(timeline)) => Some(Central {
+                table: CentralTable {
+                    system_identifier,
+                    database_oid: row.get::<i64>(2)?.unwrap_or(0),
+                    table_oid: row.get::<i64>(3)?.unwrap_or(0),
                 },
-                of_this_server: row.get::<bool>(7)?.unwrap_or(false),
+                timeline,
+            }),
+            _ => None,
+        })
+    };
+    let mut records = Records::default();
+    for row in client.select(&seen_query, None, &[])? {
+        if let (Some(central), Some(wal_lsn), Some(clock_us)) = (
+            central(&row)?,
+            row.get::<String>(5)?
+                .and_then(|digits| digits.parse::<u64>().ok()),
+            row.get::<i64>(6)?,
+        ) {
+            records.seen.push(Seen {
+                central,
+                wal_lsn,
+                clock_us,
             });
         }
     }
-    Ok(candidates)
-}
-
-/// A central database and table, when both OIDs are known.
-fn central_table(database_oid: Option<i64>, table_oid: Option<i64>) -> Option<CentralTable> {
-    Some(CentralTable {
-        database_oid: database_oid?,
-        table_oid: table_oid?,
-    })
+    for row in client.select(&route_query, None, &[server_oid.into(), attaching.into()])? {
+        records.route.extend(central(&row)?);
+    }
+    Ok(records)
 }
 
 fn find_table(client: &SpiClient<'_>) -> Result<Option<Table>, pgrx::spi::Error> {
@@ -506,25 +542,19 @@ fn take_remote_range(
         oid: table.oid,
         owner: remote.owner,
     };
+    let records = RecordTables::beside(
+        table.oid,
+        table.remote_registry.as_deref().unwrap_or_default(),
+    );
     let position = match &remote.origin_table {
         None => None,
         Some(origin) => {
-            let registry = table.remote_registry.as_deref().unwrap_or_default();
-            let detached = tag::detached_table_name(table.oid);
-            let candidates = recorded_of_server(
-                client,
-                (registry, detached.as_deref()),
-                remote.server_oid.into(),
-                None,
-            )?;
+            let recorded = recorded_of_server(client, &records, remote.server_oid.into(), None)?;
             let report = as_owner(remote.owner, || {
                 let view = format!("id_segment_origin (read by foreign table {origin})");
                 read_origin(client, origin, &remote.server, &view)
             })?;
-            let recorded = relevant(&candidates, report.position);
-            if let Some(moved) =
-                refusal(&recorded, report.position, report.clock_us, report.accepted)
-            {
+            if let Some(moved) = refusal(&recorded, &report.now, report.accepted) {
                 return Ok(Err(RefillProblem::CentralMoved {
                     server: remote.server,
                     moved,
@@ -568,7 +598,7 @@ fn take_remote_range(
             &[tag.into(), (granted.first - 1 + granted.len as i64).into()],
         )?;
         if let Some(report) = position {
-            record_position(client, registry, tag, &report)?;
+            record_position(client, &records, tag, &report)?;
         }
     }
     // The central row is locked by this refill until the local commit.
@@ -582,9 +612,8 @@ fn take_remote_range(
 
 /// What a central server's `id_segment_origin` reports.
 pub struct OriginReport {
-    pub position: CentralPosition,
-    /// Its clock, in microseconds since 1970.
-    pub clock_us: i64,
+    /// Where it is now, and its clock.
+    pub now: Seen,
     /// Its last `segment_central_accept()`, if any.
     pub accepted: Option<Acceptance>,
 }
@@ -625,10 +654,11 @@ pub fn read_origin(
 fn read_position(client: &SpiClient<'_>, origin: &str) -> Result<OriginReport, pgrx::spi::Error> {
     let rows = client.select(
         &format!(
-            "SELECT system_identifier, timeline, wal_lsn::pg_catalog.text, \
+            "SELECT system_identifier, database_oid, table_oid, timeline, \
+                    (wal_lsn OPERATOR(pg_catalog.-) '0/0'::pg_catalog.pg_lsn)::pg_catalog.text, \
                     (EXTRACT(epoch FROM clock) OPERATOR(pg_catalog.*) 1000000)::pg_catalog.int8, \
                     (EXTRACT(epoch FROM accepted_at) OPERATOR(pg_catalog.*) 1000000)::pg_catalog.int8, \
-                    accepted_system_identifier, accepted_timeline, database_oid, table_oid \
+                    accepted_system_identifier, accepted_timeline \
                FROM {origin}"
         ),
         Some(1),
@@ -637,28 +667,26 @@ fn read_position(client: &SpiClient<'_>, origin: &str) -> Result<OriginReport, p
     let row = rows.first();
     // A view that answers nothing or NULLs is no position: 0/0 on timeline
     // 0 of system 0 differs from any a server recorded.
+    let number = |n: usize| row.get::<i64>(n).ok().flatten();
     Ok(OriginReport {
-        position: CentralPosition {
-            system_identifier: row.get::<i64>(1).ok().flatten().unwrap_or(0),
-            table: central_table(
-                row.get::<i64>(8).ok().flatten(),
-                row.get::<i64>(9).ok().flatten(),
-            ),
-            timeline: row.get::<i64>(2).ok().flatten().unwrap_or(0),
+        now: Seen {
+            central: Central {
+                table: CentralTable {
+                    system_identifier: number(1).unwrap_or(0),
+                    database_oid: number(2).unwrap_or(0),
+                    table_oid: number(3).unwrap_or(0),
+                },
+                timeline: number(4).unwrap_or(0),
+            },
             wal_lsn: row
-                .get::<String>(3)
+                .get::<String>(5)
                 .ok()
                 .flatten()
-                .as_deref()
-                .and_then(parse_lsn)
+                .and_then(|digits| digits.parse::<u64>().ok())
                 .unwrap_or(0),
+            clock_us: number(6).unwrap_or(0),
         },
-        clock_us: row.get::<i64>(4).ok().flatten().unwrap_or(0),
-        accepted: match (
-            row.get::<i64>(5).ok().flatten(),
-            row.get::<i64>(6).ok().flatten(),
-            row.get::<i64>(7).ok().flatten(),
-        ) {
+        accepted: match (number(7), number(8), number(9)) {
             (Some(at_us), Some(system_identifier), Some(timeline)) => Some(Acceptance {
                 at_us,
                 system_identifier,
@@ -669,32 +697,76 @@ fn read_position(client: &SpiClient<'_>, origin: &str) -> Result<OriginReport, p
     })
 }
 
-/// Records `report` as where the central server was, in `tag`'s row of
-/// `registry` (`id_segment_remote`).
+/// Records `report` as where the central server was at `tag`'s refill (or
+/// attach): as its identity's row of `id_segment_central`, and as the
+/// identity `tag` last refilled from, in its row of `id_segment_remote`.
+/// The row is written unless another transaction holds it (a refill
+/// through another server, or a `segment_attach` not committed yet, that
+/// writes it too): a refill never waits for it, as it holds the central
+/// row meanwhile, and the other one's record is as recent as this one's,
+/// or nearly. Nothing is recorded under the SQL before 0.4.0 (its records
+/// count as they are until the update carries them over).
 pub fn record_position(
     client: &mut SpiClient<'_>,
-    registry: &str,
+    tables: &RecordTables,
     tag: &str,
     report: &OriginReport,
 ) -> Result<(), pgrx::spi::Error> {
+    let Some(central) = &tables.central else {
+        return Ok(());
+    };
+    let now = &report.now;
+    // $1 to $4: the identity; then what a statement adds to it.
+    let identity = |more: Vec<DatumWithOid<'static>>| {
+        let table = now.central.table;
+        let mut arguments: Vec<DatumWithOid<'static>> = vec![
+            table.system_identifier.into(),
+            table.database_oid.into(),
+            table.table_oid.into(),
+            now.central.timeline.into(),
+        ];
+        arguments.extend(more);
+        arguments
+    };
+    let this_row = "system_identifier OPERATOR(pg_catalog.=) $1 \
+                    AND database_oid OPERATOR(pg_catalog.=) $2 \
+                    AND table_oid OPERATOR(pg_catalog.=) $3 AND timeline OPERATOR(pg_catalog.=) $4";
+    let wal_lsn = "'0/0'::pg_catalog.pg_lsn OPERATOR(pg_catalog.+) $5::pg_catalog.numeric";
+    let clock = "pg_catalog.to_timestamp($6::pg_catalog.float8 OPERATOR(pg_catalog./) 1000000)";
+    let position = || vec![now.wal_lsn.to_string().into(), now.clock_us.into()];
+    let mine = client.update(
+        &format!("SELECT FROM {central} WHERE {this_row} FOR UPDATE SKIP LOCKED"),
+        None,
+        &identity(vec![]),
+    )?;
+    if mine.is_empty() {
+        // None yet, or held by another transaction (then nothing).
+        client.update(
+            &format!(
+                "INSERT INTO {central} (system_identifier, database_oid, table_oid, timeline, wal_lsn, clock) \
+                 SELECT $1, $2, $3, $4, {wal_lsn}, {clock} \
+                  WHERE NOT EXISTS (SELECT FROM {central} WHERE {this_row}) \
+                 ON CONFLICT DO NOTHING"
+            ),
+            None,
+            &identity(position()),
+        )?;
+    } else {
+        client.update(
+            &format!("UPDATE {central} SET wal_lsn = {wal_lsn}, clock = {clock} WHERE {this_row}"),
+            None,
+            &identity(position()),
+        )?;
+    }
     client.update(
         &format!(
-            "UPDATE {registry} SET central_system_identifier = $2, central_timeline = $3, \
-                    central_wal_lsn = $4::pg_catalog.pg_lsn, \
-                    central_clock = pg_catalog.to_timestamp($5::pg_catalog.float8 OPERATOR(pg_catalog./) 1000000), \
-                    central_database_oid = $6, central_table_oid = $7 \
-              WHERE biz_tag OPERATOR(pg_catalog.=) $1"
+            "UPDATE {} SET central_system_identifier = $1, central_database_oid = $2, \
+                    central_table_oid = $3, central_timeline = $4 \
+              WHERE biz_tag OPERATOR(pg_catalog.=) $5",
+            tables.registry
         ),
         None,
-        &[
-            tag.into(),
-            report.position.system_identifier.into(),
-            report.position.timeline.into(),
-            Lsn(report.position.wal_lsn).to_string().into(),
-            report.clock_us.into(),
-            report.position.table.map(|t| t.database_oid).into(),
-            report.position.table.map(|t| t.table_oid).into(),
-        ],
+        &identity(vec![tag.into()]),
     )?;
     Ok(())
 }

@@ -113,6 +113,15 @@ pub fn detached_table_name(table_oid: u32) -> Option<String> {
     }
 }
 
+/// The schema-qualified name of `id_segment_central` beside table
+/// `table_oid`, if it is there (0.4.0's SQL).
+pub fn central_table_name(table_oid: u32) -> Option<String> {
+    match sibling_table_oid(table_oid, c"id_segment_central") {
+        0 => None,
+        oid => table_name_and_owner(oid).map(|(name, _)| name),
+    }
+}
+
 /// The OID of `id_segment_remote` beside table `table_oid` (0: none).
 pub(super) fn remote_table_oid(table_oid: u32) -> u32 {
     sibling_table_oid(table_oid, c"id_segment_remote")

@@ -529,11 +529,19 @@ def test_a_central_server_with_asynchronous_commit_that_crashes_repeats_nothing(
     assert central_max_id(central, central_db) >= max(before + after)
 
 
+# A tag's row of id_segment_central: where the central server was at its
+# last refill.
+CENTRAL_ROW = ("LEFT JOIN id_segment_central c ON c.system_identifier = r.central_system_identifier "
+               "AND c.database_oid = r.central_database_oid AND c.table_oid = r.central_table_oid "
+               "AND c.timeline = r.central_timeline")
+
+
 def _wait_until_idle(shard, db):
     """Waits until the shard's worker stopped topping up its caches after
     the last draws: no refill recorded for 2 s."""
     def records():
-        return shard.sql("SELECT biz_tag, central_clock FROM id_segment_remote ORDER BY 1", dbname=db)
+        return shard.sql(f"SELECT r.biz_tag, c.clock FROM id_segment_remote r {CENTRAL_ROW} ORDER BY 1",
+                         dbname=db)
 
     def idle():
         before = records()
@@ -1046,7 +1054,7 @@ def test_a_central_database_gone_back_in_the_same_cluster_is_refused_also_after_
     drawn = draw_plain(b, b_db, "orders", 3_000) + draw_plain(a, a_db, "orders", 3_000)
 
     def b_recorded():
-        (clock,), = b.sql("SELECT central_clock FROM id_segment_remote WHERE biz_tag = 'orders'",
+        (clock,), = b.sql(f"SELECT c.clock FROM id_segment_remote r {CENTRAL_ROW} WHERE r.biz_tag = 'orders'",
                           dbname=b_db)
         return clock
     # The accept below comes after B's last refill.

@@ -1,16 +1,19 @@
-"""Updating in place from releases 0.1.0 and 0.2.0, on their real libraries.
+"""Updating in place from releases 0.1.0, 0.2.0 and 0.3.0, on their real
+libraries.
 
-The fixtures build 0.1.0 (commit 8c4bf95) and 0.2.0 (commit 0a85b84) from
-this repository's history for the PostgreSQL under test, with the same
-target directory as the suite so that they reuse the compiled dependencies
-(about 30 s each). A test then starts a server on an old library, creates
-the extension at its version and draws IDs; puts the current library in
-place the way a package manager does (a new file renamed over the old one:
-a running server keeps the file it mapped); restarts; draws with the old
-SQL; runs ALTER EXTENSION pg_idgen UPDATE (0.1.0 -> 0.2.0 -> 0.3.0 ->
-0.4.0) and draws again. Nothing may repeat — also after a crash and a failover to a
-standby on the updated 0.2.0 server. A pg_dump taken under 0.1.0 restores
-under the current version and continues above every ID drawn before.
+The fixtures build 0.1.0 (commit 8c4bf95), 0.2.0 (commit 0a85b84) and 0.3.0
+(commit c70e8f9) from this repository's history for the PostgreSQL under
+test, with the same target directory as the suite so that they reuse the
+compiled dependencies (about 30 s each). A test then starts a server on an
+old library, creates the extension at its version and draws IDs; puts the
+current library in place the way a package manager does (a new file
+renamed over the old one: a running server keeps the file it mapped);
+restarts; draws with the old SQL; runs ALTER EXTENSION pg_idgen UPDATE
+(0.1.0 -> 0.2.0 -> 0.3.0 -> 0.4.0) and draws again. Nothing may repeat —
+also after a crash and a failover to a standby on the updated 0.2.0
+server. A pg_dump taken under 0.1.0 restores under the current version and
+continues above every ID drawn before. A 0.3.0 shard's records of its
+central server still fence it, before and after the update.
 
 tests/lib/releases.py records the releases and builds them."""
 
@@ -24,7 +27,7 @@ import pytest
 
 from cluster import PG_BIN
 from releases import build_release, pg_config_value
-from helpers import (BURST_LAYOUT, PINNED, assert_increasing, assert_unique, draw_plain, draw_snowflakes,
+from helpers import (BURST_LAYOUT, PINNED, assert_increasing, assert_unique, draw, draw_plain, draw_snowflakes,
                      promote, replayed, standby_of)
 
 CURRENT = "0.4.0"
@@ -84,6 +87,11 @@ def libraries():
 @pytest.fixture(scope="module")
 def libraries_0_2_0():
     yield from release_libraries("0.2.0")
+
+
+@pytest.fixture(scope="module")
+def libraries_0_3_0():
+    yield from release_libraries("0.3.0")
 
 
 def running_library(cluster, db="postgres"):
@@ -337,3 +345,106 @@ def test_a_tag_attached_under_0_2_0_is_fenced_once_both_servers_update(make_clus
     assert shard.sql("SELECT DISTINCT central_system_identifier, central_timeline FROM id_segment_remote",
                      dbname=db) == [(identifier, 1)]
     assert_unique(ids)
+
+
+def _refused(cluster, db, tag, drawn):
+    """Draws `tag` into `drawn` until a draw fails; returns the error."""
+    with cluster.connect(db) as conn:
+        while len(drawn) < 200_000:
+            try:
+                drawn += draw(conn, tag, 500)
+            except psycopg.Error as e:
+                return e
+    raise AssertionError(f"no error after {len(drawn)} IDs")
+
+
+def test_a_0_3_0_shards_records_are_carried_over_and_still_fence(make_cluster, libraries_0_3_0):
+    """A shard on 0.3.0 takes 'orders' and 'b' from a central server and
+    drops 'b'; a cold copy of the central server is taken, the shard draws
+    more 'orders' (its record now past the copy), and the copy is put back.
+    On the current library the shard refuses 'orders' as gone back, first
+    under 0.3.0's SQL (each tag's row kept a copy of the position) and then
+    after the update, which carries the records into id_segment_central (a
+    row per central table and timeline, the latest position of its tags)
+    and leaves each tag its central identity only. The attach of 'b' is
+    refused too; the documented step lets both go on, with no repeat."""
+    libraries_0_3_0.use_old()
+    central = make_cluster()
+    central.start()
+    shard = make_cluster(conf=("pg_idgen.machine_id = 1", "pg_idgen.refill_timeout = '2s'",
+                               "pg_idgen.remote_cache_ahead = '1s'", "pg_idgen.max_ids_ahead = 2000"))
+    shard.start()
+    libraries_0_3_0.use_new()
+    assert running_library(central) == running_library(shard) == "0.3.0"
+    central_db = central.new_database(extension=False)
+    central.sql("CREATE EXTENSION pg_idgen VERSION '0.3.0'", dbname=central_db)
+    for tag in ("orders", "b"):
+        central.sql(f"SELECT segment_create('{tag}', step => 10)", dbname=central_db)
+    db = shard.new_database(extension=False)
+    for statement in [
+        "CREATE EXTENSION pg_idgen VERSION '0.3.0'",
+        "CREATE EXTENSION postgres_fdw",
+        f"CREATE SERVER central FOREIGN DATA WRAPPER postgres_fdw OPTIONS (host '{central.dir}', "
+        f"port '{central.port}', dbname '{central_db}', connect_timeout '2', options '{PINNED}')",
+        "CREATE USER MAPPING FOR CURRENT_USER SERVER central OPTIONS (user 'postgres')",
+        "SELECT segment_attach('orders', 'central')",
+        "SELECT segment_attach('b', 'central')",
+    ]:
+        shard.sql(statement, dbname=db)
+    drawn = {"orders": draw_plain(shard, db, "orders", 1000), "b": draw_plain(shard, db, "b", 1000)}
+    shard.sql("SELECT segment_drop('b')", dbname=db)
+    copy = os.path.join(central.dir, "cold-copy")
+    central.stop()
+    subprocess.run(["cp", "-a", central.data, copy], check=True)
+    central.start()
+    central.sql("CREATE TABLE wal_the_copy_lacks AS SELECT g, repeat('x', 100) AS filler "
+                "FROM generate_series(1, 200000) g", dbname=central_db)
+    drawn["orders"] += draw_plain(shard, db, "orders", 20_000)
+    identity = ("central_system_identifier, central_database_oid, central_table_oid, "
+                "central_timeline")
+    records = shard.sql(f"SELECT {identity}, central_wal_lsn, central_clock FROM id_segment_remote "
+                        f"UNION ALL SELECT {identity}, central_wal_lsn, central_clock FROM id_segment_detached "
+                        "ORDER BY central_clock DESC", dbname=db)
+    assert len(records) == 2 and len({r[:4] for r in records}) == 1, records
+    tags = (f"SELECT 'remote', biz_tag, {identity} FROM id_segment_remote "
+            f"UNION ALL SELECT 'detached', biz_tag, {identity} FROM id_segment_detached ORDER BY 1, 2")
+    kept = shard.sql(tags, dbname=db)
+
+    central.stop()
+    shutil.rmtree(central.data)
+    subprocess.run(["cp", "-a", copy, central.data], check=True)
+    central.start()
+    shard.restart()
+    assert running_library(shard) == "current"
+    # 0.3.0's SQL: the positions the tags kept are read as they are.
+    error = _refused(shard, db, "orders", drawn["orders"])
+    assert isinstance(error, psycopg.errors.DataException), error
+    assert "its WAL position went back to" in str(error), error
+
+    shard.sql("ALTER EXTENSION pg_idgen UPDATE", dbname=db)
+    assert extversion(shard, db) == [(CURRENT,)]
+    assert shard.sql("SELECT system_identifier, database_oid, table_oid, timeline, wal_lsn, clock "
+                     "FROM id_segment_central", dbname=db) == [records[0]]
+    assert shard.sql(tags, dbname=db) == kept
+    assert shard.sql("SELECT count(*) FROM pg_attribute WHERE attrelid IN "
+                     "('id_segment_remote'::regclass, 'id_segment_detached'::regclass) "
+                     "AND attname IN ('central_wal_lsn', 'central_clock') AND NOT attisdropped",
+                     dbname=db) == [(0,)]
+    error = _refused(shard, db, "orders", drawn["orders"])
+    assert isinstance(error, psycopg.errors.DataException), error
+    assert "its WAL position went back to" in str(error), error
+    with pytest.raises(psycopg.errors.DataException) as refused:
+        shard.sql("SELECT segment_attach('b', 'central')", dbname=db)
+    assert "its WAL position went back to" in str(refused.value), refused.value
+
+    for tag in drawn:
+        (mark,), = shard.sql("SELECT max(max_id_seen) FROM (SELECT max_id_seen FROM id_segment_remote "
+                             "WHERE biz_tag = %s UNION ALL SELECT max_id_seen FROM id_segment_detached "
+                             "WHERE biz_tag = %s) m", (tag, tag), dbname=db)
+        central.sql("UPDATE id_segment SET max_id = greatest(max_id, %s), version = version + 1 "
+                    "WHERE biz_tag = %s", (mark, tag), dbname=central_db)
+    central.sql("SELECT segment_central_accept()", dbname=central_db)
+    shard.sql("SELECT segment_attach('b', 'central')", dbname=db)
+    for tag in drawn:
+        drawn[tag] += draw_plain(shard, db, tag, 2000)
+        assert_unique(drawn[tag])
