@@ -30,7 +30,9 @@
 use super::citus_source;
 use super::created_here;
 use super::default_check::tag_uses;
-use super::distributor::{read_origin, record_position, recorded_of_server, RecordTables};
+use super::distributor::{
+    read_origin, record_position, recorded_of_server, OriginReport, RecordTables,
+};
 use super::fence::refusal;
 use super::registry::registry_or_raise;
 use super::sql::{forget_resolved, note_setval};
@@ -419,113 +421,11 @@ fn segment_attach(
         let view = format!("{remote_schema}.{ORIGIN_VIEW}");
         let position = read_origin(client, &origin, server, &view)
             .map_err(spi_failed("segment_attach: central position"))?;
-        // Not past a fence (`fence.rs`): the records of this database, with
-        // the route of this server and of this tag wherever it was dropped
-        // (a drop and an attach would otherwise start the tag afresh from a
-        // central server that lost ranges).
-        let server_oid = client
-            .select(
-                "SELECT oid FROM pg_catalog.pg_foreign_server WHERE srvname OPERATOR(pg_catalog.=) $1",
-                Some(1),
-                &[server.into()],
-            )
-            .and_then(|rows| rows.first().get::<pg_sys::Oid>(1))
-            .map_err(spi_failed("segment_attach: server"))?
-            .unwrap_or(pg_sys::InvalidOid);
         let records = RecordTables::beside(table_oid, &registry_table);
-        let recorded = recorded_of_server(client, &records, server_oid, Some(tag))
-            .map_err(spi_failed("segment_attach: central position"))?;
-        if let Some(moved) = refusal(&recorded, &position.now, position.accepted) {
-            return Err(IdgenError::AttachCentralMoved {
-                tag: tag.into(),
-                server: server.into(),
-                moved,
-            });
-        }
-        // The central row must be there, and the mapped user must be able
-        // to update it: FOR UPDATE takes the row lock on the central server,
-        // which needs its UPDATE privilege (a user that can only read fails
-        // here with 42501 from the central server, not at the first refill).
-        // This also proves the connection and the user mapping work.
-        let central = client
-            .update(
-                &format!(
-                    "SELECT max_id FROM {qualified} WHERE biz_tag OPERATOR(pg_catalog.=) $1 FOR UPDATE"
-                ),
-                Some(1),
-                &[tag.into()],
-            )
-            .map_err(spi_failed("segment_attach: central row"))?;
-        if central.is_empty() {
-            return Err(IdgenError::RemoteTagMissing {
-                tag: tag.into(),
-                server: server.into(),
-            });
-        }
-        // The central row's max_id now is the first floor: the row never
-        // goes below it unless the central server went back. (Under
-        // 0.2.0's SQL, before ALTER EXTENSION UPDATE, there is no column.)
-        let central_max_id: Option<i64> = central.first().get(1).ok().flatten();
-        let records_seen = client
-            .select(
-                &format!(
-                    "SELECT FROM pg_catalog.pg_attribute \
-                      WHERE attrelid OPERATOR(pg_catalog.=) '{registry_table}'::pg_catalog.regclass \
-                        AND attname OPERATOR(pg_catalog.=) ANY ('{{max_id_seen,origin_table}}') \
-                        AND NOT attisdropped"
-                ),
-                None,
-                &[],
-            )
-            .map_err(spi_failed("segment_attach: register"))?
-            .len();
-        // Under 0.2.0's SQL: neither; under 0.3.0's: both.
-        let records_seen = records_seen == 2;
-        // Attached here before and dropped: this database has handed out
-        // the tag's IDs up to that mark (the largest, through whichever
-        // server), whatever the central row says now. The record of this
-        // server gives way to the one the new attachment makes; those of
-        // other servers stay, to fence those servers' other tags.
-        let detached_mark = match tag::detached_table_name(table_oid) {
-            None => None,
-            Some(detached) => {
-                let mark = client
-                    .select(
-                        &format!(
-                            "SELECT max(max_id_seen) FROM {detached} \
-                              WHERE biz_tag OPERATOR(pg_catalog.=) $1"
-                        ),
-                        None,
-                        &[tag.into()],
-                    )
-                    .map_err(spi_failed("segment_attach: earlier mark"))?
-                    .first()
-                    .get::<i64>(1)
-                    .ok()
-                    .flatten();
-                client
-                    .update(
-                        &format!(
-                            "DELETE FROM {detached} WHERE biz_tag OPERATOR(pg_catalog.=) $1 \
-                               AND server OPERATOR(pg_catalog.=) $2"
-                        ),
-                        None,
-                        &[tag.into(), server.into()],
-                    )
-                    .map_err(spi_failed("segment_attach: earlier mark"))?;
-                mark
-            }
-        };
-        if let (Some(mark), Some(central)) = (detached_mark, central_max_id) {
-            if central < mark {
-                return Err(IdgenError::AttachBelowDetachedMark {
-                    tag: tag.into(),
-                    server: server.into(),
-                    max_id: central,
-                    mark,
-                });
-            }
-        }
+        check_fence_at_attach(client, &records, (tag, server), &position)?;
+        let central_max_id = lock_central_row(client, &qualified, tag, server)?;
+        let records_seen = registers_records(client, &registry_table)?;
+        let detached_mark = take_detached_mark(client, table_oid, tag, server, central_max_id)?;
         let central_max_id = central_max_id.max(detached_mark);
         let (columns, values) = if records_seen {
             (
@@ -564,6 +464,155 @@ fn segment_attach(
     if let Err(e) = result {
         e.raise();
     }
+}
+
+/// `segment_attach`: the attach is not past a fence (`fence.rs`): the
+/// records of this database, with the route of this server and of this
+/// tag wherever it was dropped (a drop and an attach would otherwise start
+/// the tag afresh from a central server that lost ranges).
+fn check_fence_at_attach(
+    client: &SpiClient<'_>,
+    records: &RecordTables,
+    (tag, server): (&str, &str),
+    position: &OriginReport,
+) -> Result<(), IdgenError> {
+    // Not past a fence (`fence.rs`): the records of this database, with
+    // the route of this server and of this tag wherever it was dropped
+    // (a drop and an attach would otherwise start the tag afresh from a
+    // central server that lost ranges).
+    let server_oid = client
+        .select(
+            "SELECT oid FROM pg_catalog.pg_foreign_server WHERE srvname OPERATOR(pg_catalog.=) $1",
+            Some(1),
+            &[server.into()],
+        )
+        .and_then(|rows| rows.first().get::<pg_sys::Oid>(1))
+        .map_err(spi_failed("segment_attach: server"))?
+        .unwrap_or(pg_sys::InvalidOid);
+    let recorded = recorded_of_server(client, records, server_oid, Some(tag))
+        .map_err(spi_failed("segment_attach: central position"))?;
+    if let Some(moved) = refusal(&recorded, &position.now, position.accepted) {
+        return Err(IdgenError::AttachCentralMoved {
+            tag: tag.into(),
+            server: server.into(),
+            moved,
+        });
+    }
+    Ok(())
+}
+
+/// `segment_attach`: the central row's `max_id`, with its row lock taken
+/// there (see inside); `RemoteTagMissing` without a row.
+fn lock_central_row(
+    client: &mut SpiClient<'_>,
+    qualified: &str,
+    tag: &str,
+    server: &str,
+) -> Result<Option<i64>, IdgenError> {
+    // The central row must be there, and the mapped user must be able
+    // to update it: FOR UPDATE takes the row lock on the central server,
+    // which needs its UPDATE privilege (a user that can only read fails
+    // here with 42501 from the central server, not at the first refill).
+    // This also proves the connection and the user mapping work.
+    let central = client
+        .update(
+            &format!(
+                "SELECT max_id FROM {qualified} WHERE biz_tag OPERATOR(pg_catalog.=) $1 FOR UPDATE"
+            ),
+            Some(1),
+            &[tag.into()],
+        )
+        .map_err(spi_failed("segment_attach: central row"))?;
+    if central.is_empty() {
+        return Err(IdgenError::RemoteTagMissing {
+            tag: tag.into(),
+            server: server.into(),
+        });
+    }
+    // The central row's max_id now is the first floor: the row never
+    // goes below it unless the central server went back. (Under
+    // 0.2.0's SQL, before ALTER EXTENSION UPDATE, there is no column.)
+    let central_max_id: Option<i64> = central.first().get(1).ok().flatten();
+    Ok(central_max_id)
+}
+
+/// `segment_attach`: whether this database's `id_segment_remote` keeps
+/// the records (under 0.2.0's SQL neither `max_id_seen` nor
+/// `origin_table`; under 0.3.0's and later both).
+fn registers_records(client: &SpiClient<'_>, registry_table: &str) -> Result<bool, IdgenError> {
+    let records_seen = client
+        .select(
+            &format!(
+                "SELECT FROM pg_catalog.pg_attribute \
+                  WHERE attrelid OPERATOR(pg_catalog.=) '{registry_table}'::pg_catalog.regclass \
+                    AND attname OPERATOR(pg_catalog.=) ANY ('{{max_id_seen,origin_table}}') \
+                    AND NOT attisdropped"
+            ),
+            None,
+            &[],
+        )
+        .map_err(spi_failed("segment_attach: register"))?
+        .len();
+    // Under 0.2.0's SQL: neither; under 0.3.0's: both.
+    let records_seen = records_seen == 2;
+    Ok(records_seen)
+}
+
+/// `segment_attach`: the mark a drop of the tag kept here, if any (see
+/// inside); refused when the central row is below it.
+fn take_detached_mark(
+    client: &mut SpiClient<'_>,
+    table_oid: u32,
+    tag: &str,
+    server: &str,
+    central_max_id: Option<i64>,
+) -> Result<Option<i64>, IdgenError> {
+    // Attached here before and dropped: this database has handed out
+    // the tag's IDs up to that mark (the largest, through whichever
+    // server), whatever the central row says now. The record of this
+    // server gives way to the one the new attachment makes; those of
+    // other servers stay, to fence those servers' other tags.
+    let detached_mark = match tag::detached_table_name(table_oid) {
+        None => None,
+        Some(detached) => {
+            let mark = client
+                .select(
+                    &format!(
+                        "SELECT max(max_id_seen) FROM {detached} \
+                          WHERE biz_tag OPERATOR(pg_catalog.=) $1"
+                    ),
+                    None,
+                    &[tag.into()],
+                )
+                .map_err(spi_failed("segment_attach: earlier mark"))?
+                .first()
+                .get::<i64>(1)
+                .ok()
+                .flatten();
+            client
+                .update(
+                    &format!(
+                        "DELETE FROM {detached} WHERE biz_tag OPERATOR(pg_catalog.=) $1 \
+                           AND server OPERATOR(pg_catalog.=) $2"
+                    ),
+                    None,
+                    &[tag.into(), server.into()],
+                )
+                .map_err(spi_failed("segment_attach: earlier mark"))?;
+            mark
+        }
+    };
+    if let (Some(mark), Some(central)) = (detached_mark, central_max_id) {
+        if central < mark {
+            return Err(IdgenError::AttachBelowDetachedMark {
+                tag: tag.into(),
+                server: server.into(),
+                max_id: central,
+                mark,
+            });
+        }
+    }
+    Ok(detached_mark)
 }
 
 /// The columns of the foreign table for a central `id_segment`.
