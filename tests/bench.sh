@@ -4,14 +4,17 @@
 # run on a throwaway cluster (see tests/bench/bench.py for what it
 # measures), then the call-site cache (tests/bench/fast_path.py), then tags
 # attached to a slow central server (two shards, see tests/bench/remote.py),
-# then bulk loads and IDs fetched by a client (tests/bench/bulk.py), then
-# this tree against release 0.2.0 on a copy of a relocatable PostgreSQL
-# (tests/bench/release_delta.py; with --pg 16, 17 or 18 only: 15 is
-# Debian's package, which cannot be copied), and last the summary
-# (tests/bench/publish.py). Full run: under 15 minutes on 2 cores, a minute
-# more for the call-site cache and for the remote part, about 4 for the
-# bulk part and 5 for the release part; `--quick` for a smoke run; `--only
-# bench|fastpath|remote|bulk|release` for one of them.
+# then IDs on a Citus cluster, a coordinator and two workers
+# (tests/bench/citus.py; Citus is built into 16, 17 and 18 only: with
+# --pg 15 its table says it was not measured), then bulk loads and IDs
+# fetched by a client (tests/bench/bulk.py), then this tree against release
+# 0.2.0 on a copy of a relocatable PostgreSQL (tests/bench/release_delta.py;
+# with --pg 16, 17 or 18 only: 15 is Debian's package, which cannot be
+# copied), and last the summary (tests/bench/publish.py). Full run: under 15
+# minutes on 2 cores, a minute more for the call-site cache and for the
+# remote part, about 3 for the Citus part, 4 for the bulk part and 5 for the
+# release part; `--quick` for a smoke run; `--only
+# bench|fastpath|remote|citus|bulk|release` for one of them.
 #
 # Every step of one run names the same run: bench.sh fixes its start time
 # and commit once (PG_IDGEN_BENCH_STARTED, PG_IDGEN_BENCH_COMMIT) and the
@@ -35,7 +38,7 @@
 # file's default_version) and commit. Without it the summary says it was
 # not measured, and why.
 #
-#   bash tests/bench.sh [--pg 15|16|17|18] [--only bench|fastpath|remote|bulk|release] [--quick]
+#   bash tests/bench.sh [--pg 15|16|17|18] [--only bench|fastpath|remote|citus|bulk|release] [--quick]
 #                       [--out DIR] [--update-docs] [--pgedge-snowflake DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -59,8 +62,8 @@ while (($#)); do
     esac
 done
 case $only in
-    ''|bench|fastpath|remote|bulk|release) ;;
-    *) echo "--only takes bench, fastpath, remote, bulk or release, not '$only'" >&2; exit 2 ;;
+    ''|bench|fastpath|remote|citus|bulk|release) ;;
+    *) echo "--only takes bench, fastpath, remote, citus, bulk or release, not '$only'" >&2; exit 2 ;;
 esac
 if [[ -n $update_docs && ( -n $quick || -n $only ) ]]; then
     echo "--update-docs needs a full run of every part (no --quick, no --only): the docs hold one whole run" >&2
@@ -193,6 +196,10 @@ fi
 if runs remote; then
     echo; echo "== benchmark: tags attached to a slow central server"
     .venv/bin/python tests/bench/remote.py "${args[@]}"
+fi
+if runs citus; then
+    echo; echo "== benchmark: a Citus cluster"
+    .venv/bin/python tests/bench/citus.py "${args[@]}"
 fi
 if runs bulk; then
     echo; echo "== benchmark: bulk loads, and IDs from a client"

@@ -235,13 +235,17 @@ def timed(conn, query):
     return time.perf_counter() - started
 
 
-def marginal_costs(cluster, competitors, n, rounds):
-    """Per-ID cost over the bare query, ns: {label: [one figure per round]}."""
+def marginal_costs(cluster, competitors, n, rounds, dbname="bench", setof=True):
+    """Per-ID cost over the bare query, ns: {label: [one figure per round]}.
+    With setof, segment_nextval('step1000', n) (SETOF_LABEL) runs beside
+    the competitors (the Citus part, tests/bench/citus.py, has no such
+    tag)."""
     costs = {label: [] for label, _, _ in competitors}
-    costs[SETOF_LABEL] = []
+    if setof:
+        costs[SETOF_LABEL] = []
     bare_ns = []
     snowflake_rates = []
-    with cluster.connect("bench") as conn:
+    with cluster.connect(dbname) as conn:
         # Each tag's first range (and the attached tag's connection to the
         # central server) is taken here, not in round 1.
         for _, expr, _ in competitors:
@@ -250,7 +254,8 @@ def marginal_costs(cluster, competitors, n, rounds):
         bare = lambda count: timed(conn, f"SELECT count(*) FROM generate_series(1, {count})")
         for round_no in range(1, rounds + 1):
             work = list(competitors)
-            work.append((SETOF_LABEL, None, 1.0))
+            if setof:
+                work.append((SETOF_LABEL, None, 1.0))
             random.shuffle(work)
             round_bare = [bare(n) / n]
             for label, expr, share in work:
@@ -305,8 +310,9 @@ def table_name(label):
     return "t_" + re.sub(r"[^a-z0-9]+", "_", label.lower()).strip("_")
 
 
-def pgbench(cluster, script, clients, seconds, workdir, tag):
-    """Runs pgbench with one thread per client; returns (tps, [latencies in
+def pgbench(cluster, script, clients, seconds, workdir, tag, dbname="bench"):
+    """Runs pgbench with one thread per client against the database of the
+    cluster (on its Unix socket, at its port); returns (tps, [latencies in
     µs]). pgbench reads the clock lazily, so on an oversubscribed machine a
     call finished while its client thread was descheduled reads as 0 µs:
     the median is a floor, the upper percentiles (waits, stalls) are real."""
@@ -317,9 +323,9 @@ def pgbench(cluster, script, clients, seconds, workdir, tag):
     for old in glob.glob(prefix + ".*"):
         os.remove(old)
     out = subprocess.run(
-        [f"{PG_BIN}/pgbench", "-h", cluster.dir, "-U", "postgres", "-n", "-c", str(clients),
-         "-j", str(clients), "-T", str(seconds), "-l", f"--log-prefix={prefix}",
-         "-f", script_path, "bench"],
+        [f"{PG_BIN}/pgbench", "-h", cluster.dir, "-p", str(cluster.port), "-U", "postgres", "-n",
+         "-c", str(clients), "-j", str(clients), "-T", str(seconds), "-l", f"--log-prefix={prefix}",
+         "-f", script_path, dbname],
         check=True, capture_output=True, text=True, cwd=workdir)
     tps = float(re.search(r"tps = ([0-9.]+) \(without initial connection time\)", out.stdout).group(1))
     latencies = []

@@ -4,8 +4,9 @@ every part), prints the summary table, and with --write (a full run's
 --update-docs) puts the run into the docs:
 
 - docs/benchmarks.md: the blocks <!-- bench:start -->, <!-- bench-fastpath:start -->,
-  <!-- bench-remote:start -->, <!-- bench-bulk:start --> and
-  <!-- bench-release:start --> (each ... :end -->), each the table its part wrote;
+  <!-- bench-remote:start -->, <!-- bench-citus:start -->, <!-- bench-bulk:start -->
+  and <!-- bench-release:start --> (each ... :end -->), each the table its part
+  wrote (the Citus part's says, on PostgreSQL 15, that it was not measured);
 - README.md: <!-- bench-summary:start --> ... <!-- bench-summary:end -->, the
   summary: per generator, its cost per ID in one backend, INSERT TPS at 8
   clients and a bulk INSERT ... SELECT, each beside the reference, every
@@ -43,7 +44,7 @@ PLOTS = ["tps.png", "latency.png", "tail.png", "bulk.png"]
 
 # (marker, the part's file stem): the blocks of docs/benchmarks.md.
 PARTS = [("bench", "bench"), ("bench-fastpath", "fast_path"), ("bench-remote", "remote"),
-         ("bench-bulk", "bulk"), ("bench-release", "release_delta")]
+         ("bench-citus", "citus"), ("bench-bulk", "bulk"), ("bench-release", "release_delta")]
 SUMMARY = "bench-summary"
 
 # The summary's rows: (label, bench.py's marginal-cost label or None, its
