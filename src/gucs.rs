@@ -170,7 +170,7 @@ pub static SNOWFLAKE_SEQUENCE_BITS: GucSetting<i32> = GucSetting::<i32>::new(12)
 /// How far snowflake time may run ahead of the wall clock, in ms.
 pub static SNOWFLAKE_MAX_LEAD_MS: GucSetting<i32> = GucSetting::<i32>::new(5_000);
 /// How far apart the clocks of a primary and its standbys (or the server
-/// a restore replaces) may be: see `register_snowflake`.
+/// a restore replaces) may be: see its description in `register_snowflake`.
 pub static SNOWFLAKE_CLOCK_SKEW_MS: GucSetting<i32> = GucSetting::<i32>::new(1_000);
 
 /// How long a snowflake call waits for the clock before it fails, in ms.
@@ -196,15 +196,8 @@ pub static LEASE_HOLDER: GucSetting<Option<CString>> = GucSetting::<Option<CStri
 pub static LEASE_DURATION_MS: GucSetting<i32> = GucSetting::<i32>::new(20_000);
 pub static LEASE_MARGIN_MS: GucSetting<i32> = GucSetting::<i32>::new(1_000);
 
-pub fn register_snowflake(hooks: &CheckHooks) {
-    GucRegistry::define_string_guc(
-        c"pg_idgen.snowflake_database",
-        c"The database whose pg_idgen table snowflake_high_water holds the snowflake high-water mark.",
-        c"The snowflake keeper connects to it and commits the mark there before IDs up to it are issued, so the mark travels in the WAL to standbys, point-in-time restores and pg_upgrade. pg_idgen must be installed (CREATE EXTENSION pg_idgen) in that database.",
-        &SNOWFLAKE_DATABASE,
-        GucContext::Postmaster,
-        GucFlags::default(),
-    );
+/// The lease keeper's settings (`pg_idgen.machine_id = 'lease'`).
+fn register_lease() {
     GucRegistry::define_string_guc(
         c"pg_idgen.lease_database",
         c"With pg_idgen.machine_id = 'lease': the database whose foreign table pg_idgen.lease_table reaches the central lease table.",
@@ -257,6 +250,18 @@ pub fn register_snowflake(hooks: &CheckHooks) {
         GucContext::Postmaster,
         GucFlags::UNIT_MS,
     );
+}
+
+pub fn register_snowflake(hooks: &CheckHooks) {
+    GucRegistry::define_string_guc(
+        c"pg_idgen.snowflake_database",
+        c"The database whose pg_idgen table snowflake_high_water holds the snowflake high-water mark.",
+        c"The snowflake keeper connects to it and commits the mark there before IDs up to it are issued, so the mark travels in the WAL to standbys, point-in-time restores and pg_upgrade. pg_idgen must be installed (CREATE EXTENSION pg_idgen) in that database.",
+        &SNOWFLAKE_DATABASE,
+        GucContext::Postmaster,
+        GucFlags::default(),
+    );
+    register_lease();
     // SAFETY: the check hooks are #[pg_guard] functions of this library
     // (`CheckHooks`).
     unsafe {
