@@ -137,6 +137,10 @@ def logical_pair(make_cluster, conf_a=(), conf_b=(), publish="FOR ALL TABLES"):
 
 
 def caught_up(a, b, timeout=60):
+    """`b` has copied every table (each in state ready) and applied all of
+    `a`'s WAL so far."""
+    assert wait_for(lambda: b.sql("SELECT count(*) FROM pg_subscription_rel WHERE srsubstate <> 'r'")
+                    == [(0,)], timeout=timeout)
     (lsn,), = a.sql("SELECT pg_current_wal_lsn()")
     return wait_for(lambda: b.sql("SELECT coalesce(bool_and(latest_end_lsn >= %s::pg_lsn), false) "
                                   "FROM pg_stat_subscription", (lsn,)) == [(True,)], timeout=timeout)
@@ -173,7 +177,7 @@ def test_a_logical_switchover_done_as_documented_continues_above_the_publisher(m
     green.restart()
     after = insert(green, "orders", 10_000, "green")
     assert min(after) > max(drawn)
-    assert_unique(drawn + after + [r[0] for r in green.sql("SELECT id FROM orders WHERE src = 'green'")])
+    assert_unique(drawn + after)
     after_flakes = insert(green, "events", 5_000, "green")
     assert_unique(flakes + after_flakes)
 
