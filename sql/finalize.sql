@@ -273,3 +273,16 @@ CREATE EVENT TRIGGER pg_idgen_segment_defaults ON ddl_command_end
 COMMENT ON FUNCTION segment_defaults_event() IS 'pg_idgen: event trigger function: hands the tables a DDL command touched to segment_defaults_check';
 COMMENT ON FUNCTION segment_defaults_check(oid) IS 'pg_idgen: as the transaction commits, warns about the table''s column defaults that name a segment tag that does not exist';
 COMMENT ON EVENT TRIGGER pg_idgen_segment_defaults IS 'pg_idgen: warns about column defaults that name a segment tag that does not exist';
+
+-- segment_adopt(tbl, col, tag, step): a live column switched to a tag
+-- (src/segment/adopt.rs), with the argument types of the design (regclass,
+-- name); the work is segment_adopt_column's.
+CREATE FUNCTION segment_adopt(tbl regclass, col name, tag text DEFAULT NULL, step int DEFAULT 1000)
+    RETURNS text
+    LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+    AS $$ SELECT @extschema@.segment_adopt_column(tbl::pg_catalog.oid, col::pg_catalog.text, tag, step) $$;
+REVOKE ALL ON FUNCTION segment_adopt(regclass, name, text, int) FROM PUBLIC;
+REVOKE ALL ON FUNCTION segment_adopt_column(oid, text, text, int) FROM PUBLIC;
+COMMENT ON FUNCTION segment_adopt(regclass, name, text, int) IS 'pg_idgen: switches a live column (serial, identity, a default) to a segment tag above every value it holds, without a failed write';
+COMMENT ON FUNCTION segment_adopt_column(oid, text, text, int) IS 'pg_idgen: the work of segment_adopt(regclass, name, text, int)';

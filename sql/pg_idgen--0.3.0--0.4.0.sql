@@ -253,3 +253,21 @@ COMMENT ON COLUMN id_segment_central.table_oid IS 'the OID of its id_segment';
 COMMENT ON COLUMN id_segment_central.timeline IS 'its WAL timeline';
 COMMENT ON COLUMN id_segment_central.wal_lsn IS 'its WAL position at the latest refill from it: its cluster''s WAL on this timeline never goes back below it';
 COMMENT ON COLUMN id_segment_central.clock IS 'its clock then: a segment_central_accept() there after it lifts a refusal this row shows';
+
+CREATE FUNCTION segment_adopt_column(tbl oid, col text, tag text DEFAULT NULL, step int DEFAULT 1000)
+    RETURNS text
+    VOLATILE PARALLEL UNSAFE
+    LANGUAGE c AS 'MODULE_PATHNAME', 'segment_adopt_column_wrapper';
+
+-- segment_adopt(tbl, col, tag, step): a live column switched to a tag
+-- (src/segment/adopt.rs), with the argument types of the design (regclass,
+-- name); the work is segment_adopt_column's.
+CREATE FUNCTION segment_adopt(tbl regclass, col name, tag text DEFAULT NULL, step int DEFAULT 1000)
+    RETURNS text
+    LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+    AS $$ SELECT @extschema@.segment_adopt_column(tbl::pg_catalog.oid, col::pg_catalog.text, tag, step) $$;
+REVOKE ALL ON FUNCTION segment_adopt(regclass, name, text, int) FROM PUBLIC;
+REVOKE ALL ON FUNCTION segment_adopt_column(oid, text, text, int) FROM PUBLIC;
+COMMENT ON FUNCTION segment_adopt(regclass, name, text, int) IS 'pg_idgen: switches a live column (serial, identity, a default) to a segment tag above every value it holds, without a failed write';
+COMMENT ON FUNCTION segment_adopt_column(oid, text, text, int) IS 'pg_idgen: the work of segment_adopt(regclass, name, text, int)';

@@ -224,6 +224,32 @@ pub enum IdgenError {
         table: String,
         function: String,
     },
+    /// `segment_adopt`: no such column.
+    AdoptNoColumn {
+        table: String,
+        column: String,
+    },
+    /// `segment_adopt`: not a table (a view, a sequence, ...).
+    AdoptNotATable {
+        table: String,
+    },
+    /// `segment_adopt`: a generated column.
+    AdoptGenerated {
+        table: String,
+        column: String,
+    },
+    /// `segment_adopt`: a column neither bigint, integer nor smallint.
+    AdoptWrongType {
+        table: String,
+        column: String,
+        type_name: String,
+    },
+    /// `segment_adopt`: the column draws from a tag already.
+    AdoptAlreadyDrawing {
+        table: String,
+        column: String,
+        tag: String,
+    },
     /// The lease keeper cannot use the central server's clock (raised in
     /// its claim's or renewal's transaction, which it rolls back).
     LeaseCentralClock {
@@ -634,6 +660,11 @@ impl IdgenError {
             | TagQuotaReached { .. }
             | MaxIdDecrease { .. }
             | TagRenamed { .. }
+            | AdoptNoColumn { .. }
+            | AdoptNotATable { .. }
+            | AdoptGenerated { .. }
+            | AdoptWrongType { .. }
+            | AdoptAlreadyDrawing { .. }
             | MaxIdNotRaised { .. }
             | CurrvalNotYetDefined { .. }
             | SetvalOfAttachedTag { .. }
@@ -956,6 +987,27 @@ mod tests {
                 hint: s("Wait."),
             },
             CitusTagMissing { tag: s("orders") },
+            AdoptNoColumn {
+                table: s("orders"),
+                column: s("idd"),
+            },
+            AdoptNotATable {
+                table: s("orders_view"),
+            },
+            AdoptGenerated {
+                table: s("orders"),
+                column: s("total"),
+            },
+            AdoptWrongType {
+                table: s("orders"),
+                column: s("code"),
+                type_name: s("text"),
+            },
+            AdoptAlreadyDrawing {
+                table: s("orders"),
+                column: s("id"),
+                tag: s("orders"),
+            },
             CitusCreateOnWorker { tag: s("orders") },
             CitusNotCoordinator,
             CitusExtensionTable {

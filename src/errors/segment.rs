@@ -86,6 +86,31 @@ pub(super) fn report(error: &IdgenError) -> Report {
                 "Keep max_id at {from} or above. To lower it on purpose, knowing that IDs above the new value will be handed out again, a superuser runs the UPDATE (or segment_setval) after SET LOCAL pg_idgen.allow_max_id_decrease = on in the same transaction."
             ),
         ),
+        AdoptNoColumn { table, column } => Report::new(
+            ERRCODE_UNDEFINED_COLUMN,
+            format!("column \"{column}\" of table {table} does not exist"),
+            "Name the column that holds the table's IDs (see \\d of the table).",
+        ),
+        AdoptNotATable { table } => Report::new(
+            ERRCODE_WRONG_OBJECT_TYPE,
+            format!("{table} is not a table: segment_adopt switches a column of a table"),
+            "Name the table whose column defaults should draw from a tag.",
+        ),
+        AdoptGenerated { table, column } => Report::new(
+            ERRCODE_FEATURE_NOT_SUPPORTED,
+            format!("column \"{column}\" of table {table} is a generated column: its value comes from its expression, not a default"),
+            "Adopt the column that holds the table's IDs; a generated column cannot draw from a tag.",
+        ),
+        AdoptWrongType { table, column, type_name } => Report::new(
+            ERRCODE_DATATYPE_MISMATCH,
+            format!("column \"{column}\" of table {table} is {type_name}: segment IDs are bigint"),
+            "Adopt a bigint column (an integer one works while its IDs stay below 2^31); to change the type first: ALTER TABLE ... ALTER COLUMN ... TYPE bigint.",
+        ),
+        AdoptAlreadyDrawing { table, column, tag } => Report::new(
+            ERRCODE_DUPLICATE_OBJECT,
+            format!("column \"{column}\" of table {table} draws from segment tag \"{tag}\" already"),
+            "Nothing to do: its default is segment_nextval already.",
+        ),
         TagRenamed { from, to } => Report::new(
             ERRCODE_CHECK_VIOLATION,
             format!(

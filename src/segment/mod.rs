@@ -18,6 +18,7 @@
 //! * `tag`: a tag as a backend sees it: its row, its table, its DDL lock.
 //! * `citus_source`: on a Citus worker, ranges from the coordinator's
 //!   `id_segment`; on the coordinator, the answer to such a refill.
+//! * `adopt`: `segment_adopt`, a live column switched to a tag.
 //! * `ddl`: `segment_create`, `segment_drop`, `segment_attach` (a tag
 //!   whose ranges come from a central server through postgres_fdw).
 //! * `created_here`: tags created by the calling transaction.
@@ -32,6 +33,7 @@
 //! * `sql`, `status`: the SQL functions that hand out IDs, and the status
 //!   view.
 
+pub mod adopt;
 pub mod chain;
 pub mod citus_source;
 pub mod created_here;
