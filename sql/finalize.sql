@@ -1,5 +1,17 @@
 -- pg_idgen finalize: views over the generated functions, and privileges.
 
+-- Created in a server that did not preload the library: every function
+-- would fail at its first call; say so now, with the fix.
+DO $$
+BEGIN
+    IF pg_catalog.current_setting('shared_preload_libraries') !~ '(^|[\s,"])pg_idgen([\s,"]|$)' THEN
+        RAISE WARNING 'pg_idgen is not in shared_preload_libraries: its functions fail until it is'
+            USING HINT = 'Add pg_idgen to shared_preload_libraries in postgresql.conf (e.g. shared_preload_libraries = ''pg_idgen'', keeping the libraries already there) and restart the server; the extension created now needs nothing more.',
+                  ERRCODE = '55000';
+    END IF;
+END
+$$;
+
 -- Drawing segment IDs advances id_segment: like nextval() on a sequence, it
 -- needs a grant (GRANT EXECUTE ON FUNCTION segment_nextval(text) TO app).
 -- Creating and dropping tags also needs write access to id_segment itself.
@@ -12,6 +24,7 @@ REVOKE ALL ON FUNCTION segment_drop(text, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION segment_setval(text, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION segment_attach(text, text, text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION segment_reserve(text, int) FROM PUBLIC;
+REVOKE ALL ON FUNCTION segment_rename(text, text) FROM PUBLIC;
 -- Snowflake IDs come from one generator per cluster with a fixed rate
 -- (4,096 IDs per ms by default, 256 for the JavaScript-safe one): as
 -- nextval() on a sequence, drawing needs a grant, so that a role nobody
@@ -30,7 +43,7 @@ CREATE VIEW segment_status AS
                 WHEN ct.biz_tag IS NOT NULL AND l.biz_tag IS NULL THEN 'citus coordinator'
                 ELSE 'local' END AS source,
            s.range_first, s.range_last, s.next_id, s.remaining_in_range, s.pct_used,
-           s.ranges_ahead, s.ids_ahead, s.safe_distance, s.step, s.steps_per_refill,
+           s.ranges_ahead, s.ids_ahead, s.safe_distance, coalesce(l.step::bigint, s.step) AS step, s.steps_per_refill,
            s.ids_per_refill, s.refills, s.cas_conflicts, s.refill_failures, s.waits, s.wait_ms,
            s.fallback_ids, s.ids_taken, s.ids_per_second, s.last_refill, s.last_refill_ms,
            s.last_error, s.worker_pid
@@ -115,6 +128,7 @@ COMMENT ON FUNCTION segment_create(text, bigint, int, boolean) IS 'pg_idgen: add
 COMMENT ON FUNCTION segment_citus_range(text, bigint, bigint) IS 'pg_idgen: on the Citus coordinator, a range of a tag for a worker''s refill';
 COMMENT ON FUNCTION segment_drop(text, boolean) IS 'pg_idgen: removes a segment tag (or its attachment) and the IDs cached for it; refused while a column default uses it, unless forced';
 COMMENT ON FUNCTION segment_attach(text, text, text, text) IS 'pg_idgen: from now on the tag''s ranges come from a central server''s id_segment through postgres_fdw';
+COMMENT ON FUNCTION segment_rename(text, text) IS 'pg_idgen: renames a segment tag, keeping its position, and makes the defaults that draw from it draw from the new name';
 COMMENT ON FUNCTION segment_reserve(text, int) IS 'pg_idgen: n IDs of a segment tag at once, as blocks (first, last), for a cache in the application';
 COMMENT ON FUNCTION segment_setval(text, bigint) IS 'pg_idgen: the next ID of a segment tag is above the value, in every session at once (as setval)';
 COMMENT ON FUNCTION segment_currval(text) IS 'pg_idgen: the last ID segment_nextval gave this session for the tag (as currval)';
@@ -203,7 +217,7 @@ COMMENT ON COLUMN segment_status.pct_used IS 'share of that range handed out, pe
 COMMENT ON COLUMN segment_status.ranges_ahead IS 'ranges fetched ahead';
 COMMENT ON COLUMN segment_status.ids_ahead IS 'IDs those ranges hold';
 COMMENT ON COLUMN segment_status.safe_distance IS 'IDs the refill worker tries to keep cached ahead of the callers';
-COMMENT ON COLUMN segment_status.step IS 'id_segment.step as the last refill read it';
+COMMENT ON COLUMN segment_status.step IS 'the tag''s step: id_segment.step (for a tag whose ranges come from another server, as its last refill read it)';
 COMMENT ON COLUMN segment_status.steps_per_refill IS 'steps the last refill took';
 COMMENT ON COLUMN segment_status.ids_per_refill IS 'IDs the last refill took';
 COMMENT ON COLUMN segment_status.refills IS 'ranges taken';

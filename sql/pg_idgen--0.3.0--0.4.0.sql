@@ -106,7 +106,7 @@ CREATE VIEW segment_status AS
                 WHEN ct.biz_tag IS NOT NULL AND l.biz_tag IS NULL THEN 'citus coordinator'
                 ELSE 'local' END AS source,
            s.range_first, s.range_last, s.next_id, s.remaining_in_range, s.pct_used,
-           s.ranges_ahead, s.ids_ahead, s.safe_distance, s.step, s.steps_per_refill,
+           s.ranges_ahead, s.ids_ahead, s.safe_distance, coalesce(l.step::bigint, s.step) AS step, s.steps_per_refill,
            s.ids_per_refill, s.refills, s.cas_conflicts, s.refill_failures, s.waits, s.wait_ms,
            s.fallback_ids, s.ids_taken, s.ids_per_second, s.last_refill, s.last_refill_ms,
            s.last_error, s.worker_pid
@@ -155,7 +155,7 @@ COMMENT ON COLUMN segment_status.pct_used IS 'share of that range handed out, pe
 COMMENT ON COLUMN segment_status.ranges_ahead IS 'ranges fetched ahead';
 COMMENT ON COLUMN segment_status.ids_ahead IS 'IDs those ranges hold';
 COMMENT ON COLUMN segment_status.safe_distance IS 'IDs the refill worker tries to keep cached ahead of the callers';
-COMMENT ON COLUMN segment_status.step IS 'id_segment.step as the last refill read it';
+COMMENT ON COLUMN segment_status.step IS 'the tag''s step: id_segment.step (for a tag whose ranges come from another server, as its last refill read it)';
 COMMENT ON COLUMN segment_status.steps_per_refill IS 'steps the last refill took';
 COMMENT ON COLUMN segment_status.ids_per_refill IS 'IDs the last refill took';
 COMMENT ON COLUMN segment_status.refills IS 'ranges taken';
@@ -271,3 +271,11 @@ REVOKE ALL ON FUNCTION segment_adopt(regclass, name, text, int) FROM PUBLIC;
 REVOKE ALL ON FUNCTION segment_adopt_column(oid, text, text, int) FROM PUBLIC;
 COMMENT ON FUNCTION segment_adopt(regclass, name, text, int) IS 'pg_idgen: switches a live column (serial, identity, a default) to a segment tag above every value it holds, without a failed write';
 COMMENT ON FUNCTION segment_adopt_column(oid, text, text, int) IS 'pg_idgen: the work of segment_adopt(regclass, name, text, int)';
+
+-- segment_rename(old, new): a tag renamed with its position and its
+-- defaults (src/segment/rename.rs).
+CREATE FUNCTION segment_rename(old text, new text) RETURNS void
+    VOLATILE PARALLEL UNSAFE
+    LANGUAGE c AS 'MODULE_PATHNAME', 'segment_rename_wrapper';
+REVOKE ALL ON FUNCTION segment_rename(text, text) FROM PUBLIC;
+COMMENT ON FUNCTION segment_rename(text, text) IS 'pg_idgen: renames a segment tag, keeping its position, and makes the defaults that draw from it draw from the new name';

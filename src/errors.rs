@@ -79,6 +79,13 @@ pub enum IdgenError {
     TagExists {
         tag: String,
     },
+    /// No row for `tag`, which a column default draws from (`table` as
+    /// `regclass` prints it, `column` unquoted): it was dropped by force.
+    UnknownTagOfColumn {
+        tag: String,
+        table: String,
+        column: String,
+    },
     /// `segment_drop` of a tag a column default (or generated column)
     /// still calls `segment_nextval` with.
     TagInUse {
@@ -191,6 +198,10 @@ pub enum IdgenError {
         machine: i64,
         system_identifier: i64,
     },
+    /// `DROP EXTENSION pg_idgen` in `pg_idgen.snowflake_database`.
+    SnowflakeMarkDropped {
+        database: String,
+    },
     /// Snowflake IDs refused while `SnowflakeMachineIdShared` is proven
     /// (`problem`: its message).
     SnowflakeMachineRefused {
@@ -223,6 +234,15 @@ pub enum IdgenError {
     CitusExtensionTable {
         table: String,
         function: String,
+    },
+    /// `segment_rename` of a tag attached to a central server.
+    RenameAttached {
+        tag: String,
+    },
+    /// `segment_rename` of a tag a generated column draws from.
+    RenameUsedByGenerated {
+        tag: String,
+        user: String,
     },
     /// `segment_adopt`: no such column.
     AdoptNoColumn {
@@ -653,6 +673,7 @@ impl IdgenError {
             | ReadOnly { .. }
             | DuringRecovery { .. } => calls::report(self),
             UnknownTag { .. }
+            | UnknownTagOfColumn { .. }
             | TagExists { .. }
             | TagInUse { .. }
             | DefaultOfUnknownTag { .. }
@@ -660,6 +681,8 @@ impl IdgenError {
             | TagQuotaReached { .. }
             | MaxIdDecrease { .. }
             | TagRenamed { .. }
+            | RenameAttached { .. }
+            | RenameUsedByGenerated { .. }
             | AdoptNoColumn { .. }
             | AdoptNotATable { .. }
             | AdoptGenerated { .. }
@@ -710,7 +733,8 @@ impl IdgenError {
             | BadSnowflakeId { .. }
             | BadSnowflakeText { .. }
             | TimestampOutOfRange { .. }
-            | BadLayoutArgument { .. } => snowflake::report(self),
+            | BadLayoutArgument { .. }
+            | SnowflakeMarkDropped { .. } => snowflake::report(self),
             SnowflakeNoLease { .. }
             | SnowflakeLeaseCeiling { .. }
             | LeaseCentralClock { .. }
@@ -879,6 +903,11 @@ mod tests {
                 tag: "x".repeat(70),
             },
             UnknownTag { tag: tag() },
+            UnknownTagOfColumn {
+                tag: tag(),
+                table: s("coupons"),
+                column: s("id"),
+            },
             TagExists { tag: tag() },
             TagInUse {
                 tag: tag(),
@@ -976,6 +1005,9 @@ mod tests {
                 machine: 7,
                 system_identifier: 7_400_000_000_000_000_000,
             },
+            SnowflakeMarkDropped {
+                database: s("postgres"),
+            },
             CitusCoordinatorFailed {
                 tag: s("orders"),
                 message: s("connection refused"),
@@ -987,6 +1019,11 @@ mod tests {
                 hint: s("Wait."),
             },
             CitusTagMissing { tag: s("orders") },
+            RenameAttached { tag: s("orders") },
+            RenameUsedByGenerated {
+                tag: s("orders"),
+                user: s("the generation expression of column \"n\" of table t"),
+            },
             AdoptNoColumn {
                 table: s("orders"),
                 column: s("idd"),

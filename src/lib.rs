@@ -7,7 +7,8 @@
 //! `snowflake` for snowflake IDs and `base62` for short codes; both wings
 //! share `errors` (every report), `gucs` (every setting), `catalog`
 //! (quoting and catalog look-ups), `citus` (this node's place in a Citus
-//! cluster), `bgworker` (what every worker does),
+//! cluster), `hints` (hints for PostgreSQL's own errors about pg_idgen's
+//! functions), `bgworker` (what every worker does),
 //! `remote_session` (what a central server's session must pin) and
 //! `shmem` (the shared-memory hooks).
 
@@ -21,6 +22,7 @@ mod citus;
 pub mod errors;
 mod failpoints;
 pub mod gucs;
+mod hints;
 mod remote_session;
 pub mod segment;
 mod shmem;
@@ -57,7 +59,9 @@ pub extern "C-unwind" fn _PG_init() {
     snowflake::config::load_config();
     shmem::install_hooks();
     citus::install_guard();
+    hints::install_hook();
     segment::lifecycle::install_hook();
+    snowflake::guard::install_drop_warning();
     // pg_upgrade starts the servers in binary-upgrade mode to move the
     // catalogs: no ID is issued then, and a keeper connected to a database
     // would stand in the way of pg_upgrade dropping and creating it.

@@ -6,7 +6,7 @@
 
 use pgrx::pg_sys::errcodes::PgSqlErrorCode::*;
 
-use super::{misrouted, quote_literal, IdgenError, Report};
+use super::{misrouted, quote_identifier, quote_literal, IdgenError, Report};
 
 /// The hint of a tag whose IDs ran out (`TagExhausted`, and a refill's
 /// `RefillProblem::Exhausted`).
@@ -30,6 +30,17 @@ pub(super) fn report(error: &IdgenError) -> Report {
     use IdgenError::*;
     match error {
         UnknownTag { tag } => unknown_tag(tag),
+        UnknownTagOfColumn { tag, table, column } => Report::new(
+            ERRCODE_UNDEFINED_OBJECT,
+            format!(
+                "segment tag \"{tag}\" does not exist, and the default of column \"{column}\" of table {table} draws from it"
+            ),
+            format!(
+                "Create it above every ID the column holds: SELECT segment_create({}, start => (SELECT coalesce(max({}), 0) + 1 FROM {table})); — or set another default on the column.",
+                quote_literal(tag),
+                quote_identifier(column)
+            ),
+        ),
         TagExists { tag } => Report::new(
             ERRCODE_DUPLICATE_OBJECT,
             format!("segment tag \"{tag}\" already exists"),
@@ -85,6 +96,16 @@ pub(super) fn report(error: &IdgenError) -> Report {
             format!(
                 "Keep max_id at {from} or above. To lower it on purpose, knowing that IDs above the new value will be handed out again, a superuser runs the UPDATE (or segment_setval) after SET LOCAL pg_idgen.allow_max_id_decrease = on in the same transaction."
             ),
+        ),
+        RenameAttached { tag } => Report::new(
+            ERRCODE_FEATURE_NOT_SUPPORTED,
+            format!("segment tag \"{tag}\" is attached to a central server, where its row is"),
+            "Rename it on the central server, then attach the new name here in place of the old (segment_drop, then segment_attach with the new name).",
+        ),
+        RenameUsedByGenerated { tag, user } => Report::new(
+            ERRCODE_FEATURE_NOT_SUPPORTED,
+            format!("segment tag \"{tag}\" cannot be renamed: {user} draws from it, and a generation expression cannot be changed in place"),
+            "Drop or change that generated column first, or keep the name.",
         ),
         AdoptNoColumn { table, column } => Report::new(
             ERRCODE_UNDEFINED_COLUMN,

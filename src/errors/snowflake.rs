@@ -121,6 +121,15 @@ pub(super) fn report(error: &IdgenError) -> Report {
             format!("invalid snowflake layout: {problem}"),
             "Pass the layout the IDs were made with: pg_idgen.snowflake_epoch, pg_idgen.snowflake_machine_bits and pg_idgen.snowflake_sequence_bits (SHOW them, or see snowflake_status); the time takes the rest of the 63 bits.",
         ),
+        SnowflakeMarkDropped { database } => Report::new(
+            ERRCODE_WARNING,
+            format!(
+                "dropping pg_idgen in database \"{database}\" (pg_idgen.snowflake_database) drops the snowflake high-water mark: no snowflake ID is issued on this server, in any database, until pg_idgen is created here again"
+            ),
+            format!(
+                "Run CREATE EXTENSION pg_idgen; in database \"{database}\" after the drop (the keeper starts above the last commit or checkpoint plus pg_idgen.snowflake_max_lead), or set pg_idgen.snowflake_database to another database that has pg_idgen and restart."
+            ),
+        ),
         other => misrouted(other),
     }
 }

@@ -18,7 +18,8 @@
 //! * `tag`: a tag as a backend sees it: its row, its table, its DDL lock.
 //! * `citus_source`: on a Citus worker, ranges from the coordinator's
 //!   `id_segment`; on the coordinator, the answer to such a refill.
-//! * `adopt`: `segment_adopt`, a live column switched to a tag.
+//! * `adopt`: `segment_adopt`, a live column switched to a tag;
+//!   `rename`: `segment_rename`, a tag and its defaults renamed.
 //! * `ddl`: `segment_create`, `segment_drop`, `segment_attach` (a tag
 //!   whose ranges come from a central server through postgres_fdw).
 //! * `created_here`: tags created by the calling transaction.
@@ -46,6 +47,7 @@ pub mod guard;
 pub mod lifecycle;
 pub mod policy;
 pub mod registry;
+pub mod rename;
 pub mod replication;
 pub mod slot_share;
 pub mod sql;

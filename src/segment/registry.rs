@@ -125,6 +125,9 @@ pub struct Slot {
     seen_moving_at_ms: AtomicI64,
     /// Bumped after each failed refill, once `error` holds its text.
     pub error_seq: AtomicU64,
+    /// The last refill failed and no range came since: `error` is the
+    /// tag's state now (what `segment_status.last_error` shows).
+    error_current: AtomicBool,
     error: UnsafeCell<ErrorText>,
     cv: UnsafeCell<pg_sys::ConditionVariable>,
 }
@@ -411,6 +414,7 @@ impl Registry {
         slot.database.store(database, Ordering::Relaxed);
         slot.table_oid.store(0, Ordering::Relaxed);
         slot.error_seq.store(0, Ordering::Relaxed);
+        slot.error_current.store(false, Ordering::Relaxed);
         slot.refill_requested.store(false, Ordering::Relaxed);
         slot.lane.store(WorkerKey::LOCAL, Ordering::Relaxed);
         slot.seen_tickets
@@ -832,6 +836,7 @@ impl Slot {
         self.rebind(table_oid);
         let published = self.chain.publish(first, len, mark);
         if published.is_ok() {
+            self.error_current.store(false, Ordering::Release);
             self.stats.falling_back.store(false, Ordering::Relaxed);
             let (version, xmin) = row_version.unwrap_or((NO_ROW_VERSION, 0));
             self.row_xmin.store(xmin, Ordering::Relaxed);
@@ -918,14 +923,15 @@ impl Slot {
         text.sqlstate = error.sqlstate;
         text.message_len = copy_truncated(&mut text.message, &error.message);
         text.hint_len = copy_truncated(&mut text.hint, &error.hint);
+        self.error_current.store(true, Ordering::Release);
         self.error_seq.fetch_add(1, Ordering::Release);
         self.stats.refill_failures.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// The last refill error, if any refill failed since the slot was
-    /// assigned (registry lock held).
+    /// The last refill error, while it is the tag's state: a refill failed
+    /// and no range was published since (registry lock held).
     pub fn last_error(&self, _locked: &Locked<'_>) -> Option<StoredError> {
-        if self.error_seq.load(Ordering::Acquire) == 0 {
+        if !self.error_current.load(Ordering::Acquire) {
             return None;
         }
         // SAFETY: the registry lock is held; writers hold it exclusively.

@@ -28,6 +28,7 @@
 use super::chain::Taken;
 use super::citus_source;
 use super::created_here;
+use super::default_check::{tag_uses, User};
 use super::distributor;
 use super::policy::RefillProblem;
 use super::registry::{registry_or_raise, Lookup, Registry, Slot, WorkerKey};
@@ -249,6 +250,12 @@ pub fn forget_resolved(tag: &[u8]) {
 fn check_writable(function: &'static str) {
     // SAFETY: plain read of a backend-local global.
     if unsafe { pg_sys::XactReadOnly } {
+        // On a hot standby every transaction is read-only: the way out is
+        // the primary, not SET TRANSACTION READ WRITE.
+        // SAFETY: a plain query of this backend's recovery state.
+        if unsafe { pg_sys::RecoveryInProgress() } {
+            IdgenError::DuringRecovery { function }.raise();
+        }
         IdgenError::ReadOnly { function }.raise();
     }
 }
@@ -288,6 +295,28 @@ fn reclaim_dropped_databases(registry: &Registry) -> bool {
     !dropped.is_empty()
 }
 
+/// The error for a tag with no row: when a column default draws from it
+/// (a `segment_drop(..., force => true)`), its hint creates the tag above
+/// that column's IDs — `segment_create(tag)` alone would start at 1.
+fn raise_unknown_tag(table_oid: u32, tag: &[u8]) -> ! {
+    let tag = tag_text(tag);
+    let column = tag_uses(table_oid, None)
+        .into_iter()
+        .filter(|u| u.tag == tag)
+        .find_map(|u| match u.user {
+            User::Column {
+                table,
+                column,
+                generated: false,
+            } => Some((table, column)),
+            _ => None,
+        });
+    match column {
+        Some((table, column)) => IdgenError::UnknownTagOfColumn { tag, table, column }.raise(),
+        None => IdgenError::UnknownTag { tag }.raise(),
+    }
+}
+
 /// Where the next ID of a tag comes from.
 enum Source {
     Slot {
@@ -307,7 +336,7 @@ fn check_row(table_oid: u32, tag: &[u8]) {
         // On a Citus worker the coordinator has the tag's row: its refill
         // says if it has none (`citus_source.rs`).
         RowState::Missing if citus_source::serves_missing_tags() => {}
-        RowState::Missing => IdgenError::UnknownTag { tag: tag_text(tag) }.raise(),
+        RowState::Missing => raise_unknown_tag(table_oid, tag),
         RowState::HeldByCaller => IdgenError::RowHeldByCaller { tag: tag_text(tag) }.raise(),
         RowState::AttachedByCaller => IdgenError::AttachedByCaller { tag: tag_text(tag) }.raise(),
         RowState::Free => {}

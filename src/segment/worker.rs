@@ -112,7 +112,10 @@ pub fn ensure_running(key: WorkerKey) -> Result<(), IdgenError> {
     if started.is_err() {
         registry.abandon_worker_start(key);
         let database = database_name(key.database);
-        return Err(IdgenError::WorkerNotStarted { database });
+        let error = IdgenError::WorkerNotStarted { database };
+        // The tags of the lane show why (segment_status.last_error).
+        registry.worker_start_failed(key, &error.stored());
+        return Err(error);
     }
     Ok(())
 }
