@@ -97,41 +97,13 @@ pub(super) fn report(error: &IdgenError) -> Report {
                 "Keep max_id at {from} or above. To lower it on purpose, knowing that IDs above the new value will be handed out again, a superuser runs the UPDATE (or segment_setval) after SET LOCAL pg_idgen.allow_max_id_decrease = on in the same transaction."
             ),
         ),
-        RenameAttached { tag } => Report::new(
-            ERRCODE_FEATURE_NOT_SUPPORTED,
-            format!("segment tag \"{tag}\" is attached to a central server, where its row is"),
-            "Rename it on the central server, then attach the new name here in place of the old (segment_drop, then segment_attach with the new name).",
-        ),
-        RenameUsedByGenerated { tag, user } => Report::new(
-            ERRCODE_FEATURE_NOT_SUPPORTED,
-            format!("segment tag \"{tag}\" cannot be renamed: {user} draws from it, and a generation expression cannot be changed in place"),
-            "Drop or change that generated column first, or keep the name.",
-        ),
-        AdoptNoColumn { table, column } => Report::new(
-            ERRCODE_UNDEFINED_COLUMN,
-            format!("column \"{column}\" of table {table} does not exist"),
-            "Name the column that holds the table's IDs (see \\d of the table).",
-        ),
-        AdoptNotATable { table } => Report::new(
-            ERRCODE_WRONG_OBJECT_TYPE,
-            format!("{table} is not a table: segment_adopt switches a column of a table"),
-            "Name the table whose column defaults should draw from a tag.",
-        ),
-        AdoptGenerated { table, column } => Report::new(
-            ERRCODE_FEATURE_NOT_SUPPORTED,
-            format!("column \"{column}\" of table {table} is a generated column: its value comes from its expression, not a default"),
-            "Adopt the column that holds the table's IDs; a generated column cannot draw from a tag.",
-        ),
-        AdoptWrongType { table, column, type_name } => Report::new(
-            ERRCODE_DATATYPE_MISMATCH,
-            format!("column \"{column}\" of table {table} is {type_name}: segment IDs are bigint"),
-            "Adopt a bigint column (an integer one works while its IDs stay below 2^31); to change the type first: ALTER TABLE ... ALTER COLUMN ... TYPE bigint.",
-        ),
-        AdoptAlreadyDrawing { table, column, tag } => Report::new(
-            ERRCODE_DUPLICATE_OBJECT,
-            format!("column \"{column}\" of table {table} draws from segment tag \"{tag}\" already"),
-            "Nothing to do: its default is segment_nextval already.",
-        ),
+        RenameAttached { .. }
+        | RenameUsedByGenerated { .. }
+        | AdoptNoColumn { .. }
+        | AdoptNotATable { .. }
+        | AdoptGenerated { .. }
+        | AdoptWrongType { .. }
+        | AdoptAlreadyDrawing { .. } => reshape_report(error),
         TagRenamed { from, to } => Report::new(
             ERRCODE_CHECK_VIOLATION,
             format!(
@@ -187,6 +159,50 @@ pub(super) fn report(error: &IdgenError) -> Report {
             ERRCODE_SEQUENCE_GENERATOR_LIMIT_EXCEEDED,
             format!("segment tag \"{tag}\" is exhausted: its last ID is the largest bigint"),
             NO_MORE_IDS,
+        ),
+        other => misrouted(other),
+    }
+}
+
+/// The reports of `segment_rename` and `segment_adopt`: a tag or a column
+/// reshaped.
+fn reshape_report(error: &IdgenError) -> Report {
+    use IdgenError::*;
+    match error {
+        RenameAttached { tag } => Report::new(
+            ERRCODE_FEATURE_NOT_SUPPORTED,
+            format!("segment tag \"{tag}\" is attached to a central server, where its row is"),
+            "Rename it on the central server, then attach the new name here in place of the old (segment_drop, then segment_attach with the new name).",
+        ),
+        RenameUsedByGenerated { tag, user } => Report::new(
+            ERRCODE_FEATURE_NOT_SUPPORTED,
+            format!("segment tag \"{tag}\" cannot be renamed: {user} draws from it, and a generation expression cannot be changed in place"),
+            "Drop or change that generated column first, or keep the name.",
+        ),
+        AdoptNoColumn { table, column } => Report::new(
+            ERRCODE_UNDEFINED_COLUMN,
+            format!("column \"{column}\" of table {table} does not exist"),
+            "Name the column that holds the table's IDs (see \\d of the table).",
+        ),
+        AdoptNotATable { table } => Report::new(
+            ERRCODE_WRONG_OBJECT_TYPE,
+            format!("{table} is not a table: segment_adopt switches a column of a table"),
+            "Name the table whose column defaults should draw from a tag.",
+        ),
+        AdoptGenerated { table, column } => Report::new(
+            ERRCODE_FEATURE_NOT_SUPPORTED,
+            format!("column \"{column}\" of table {table} is a generated column: its value comes from its expression, not a default"),
+            "Adopt the column that holds the table's IDs; a generated column cannot draw from a tag.",
+        ),
+        AdoptWrongType { table, column, type_name } => Report::new(
+            ERRCODE_DATATYPE_MISMATCH,
+            format!("column \"{column}\" of table {table} is {type_name}: segment IDs are bigint"),
+            "Adopt a bigint column (an integer one works while its IDs stay below 2^31); to change the type first: ALTER TABLE ... ALTER COLUMN ... TYPE bigint.",
+        ),
+        AdoptAlreadyDrawing { table, column, tag } => Report::new(
+            ERRCODE_DUPLICATE_OBJECT,
+            format!("column \"{column}\" of table {table} draws from segment tag \"{tag}\" already"),
+            "Nothing to do: its default is segment_nextval already.",
         ),
         other => misrouted(other),
     }

@@ -179,6 +179,28 @@ pub fn tag_uses(table_oid: u32, relids: Option<&[u32]>) -> Vec<TagUse> {
         .collect()
 }
 
+/// The error for a tag with no row: when a column default draws from it
+/// (a `segment_drop(..., force => true)`), its hint creates the tag above
+/// that column's IDs — `segment_create(tag)` alone would start at 1.
+pub fn raise_unknown_tag(table_oid: u32, tag: &[u8]) -> ! {
+    let tag = String::from_utf8_lossy(tag).into_owned();
+    let column = tag_uses(table_oid, None)
+        .into_iter()
+        .filter(|u| u.tag == tag)
+        .find_map(|u| match u.user {
+            User::Column {
+                table,
+                column,
+                generated: false,
+            } => Some((table, column)),
+            _ => None,
+        });
+    match column {
+        Some((table, column)) => IdgenError::UnknownTagOfColumn { tag, table, column }.raise(),
+        None => IdgenError::UnknownTag { tag }.raise(),
+    }
+}
+
 thread_local! {
     /// The tables to look at as the transaction commits, and the
     /// `id_segment` their tags are looked up in.

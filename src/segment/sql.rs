@@ -28,12 +28,12 @@
 use super::chain::Taken;
 use super::citus_source;
 use super::created_here;
-use super::default_check::{tag_uses, User};
+use super::default_check::raise_unknown_tag;
 use super::distributor;
 use super::policy::RefillProblem;
 use super::registry::{registry_or_raise, Lookup, Registry, Slot, WorkerKey};
 use super::slot_share;
-use super::tag::{check_tag, current_table_oid, row_state, RowState};
+use super::tag::{check_tag, checked_row_state, current_table_oid, RowState};
 use super::worker;
 use crate::catalog::{database_exists, database_name, my_database};
 use crate::errors::{required, IdgenError, StoredError, TAG_MAX_BYTES};
@@ -295,28 +295,6 @@ fn reclaim_dropped_databases(registry: &Registry) -> bool {
     !dropped.is_empty()
 }
 
-/// The error for a tag with no row: when a column default draws from it
-/// (a `segment_drop(..., force => true)`), its hint creates the tag above
-/// that column's IDs — `segment_create(tag)` alone would start at 1.
-fn raise_unknown_tag(table_oid: u32, tag: &[u8]) -> ! {
-    let tag = tag_text(tag);
-    let column = tag_uses(table_oid, None)
-        .into_iter()
-        .filter(|u| u.tag == tag)
-        .find_map(|u| match u.user {
-            User::Column {
-                table,
-                column,
-                generated: false,
-            } => Some((table, column)),
-            _ => None,
-        });
-    match column {
-        Some((table, column)) => IdgenError::UnknownTagOfColumn { tag, table, column }.raise(),
-        None => IdgenError::UnknownTag { tag }.raise(),
-    }
-}
-
 /// Where the next ID of a tag comes from.
 enum Source {
     Slot {
@@ -329,9 +307,10 @@ enum Source {
 
 /// Raises the error for a row the caller cannot draw from now: none, or
 /// one the calling transaction has written or locked (the worker would
-/// wait for it).
+/// wait for it). The tag's bytes and the table are checked first
+/// (`tag::checked_row_state`).
 fn check_row(table_oid: u32, tag: &[u8]) {
-    match row_state(table_oid, tag) {
+    match checked_row_state(table_oid, tag) {
         RowState::NoTable => IdgenError::ExtensionDropped.raise(),
         // On a Citus worker the coordinator has the tag's row: its refill
         // says if it has none (`citus_source.rs`).
@@ -343,42 +322,51 @@ fn check_row(table_oid: u32, tag: &[u8]) {
     }
 }
 
-/// The source of `tag` in this database: the transaction's own ranges, the
-/// backend's remembered slot, or a slot from shared memory (assigned now,
-/// once the tag's row is known to exist), bound to table `table_oid`.
+/// The source of `tag` in this database: the transaction's own ranges, or
+/// else a slot in shared memory (`resolve_slot`).
 fn resolve(registry: &Registry, tag: &[u8], table_oid: u32) -> Source {
-    check_tag(tag);
-    if table_oid == 0 {
-        IdgenError::ExtensionDropped.raise();
-    }
     if created_here::is_created_here(tag) {
         return Source::OwnTransaction;
     }
-    let cached =
-        RESOLVED
-            .with(|map| map.borrow().get(tag).copied())
-            .filter(|&(index, generation)| {
-                registry.slot(index).generation.load(Ordering::Acquire) == generation
-            });
-    let (index, generation) = match cached {
-        Some(found) => found,
-        None => {
-            check_row(table_oid, tag);
-            let quota = slot_share::quota(registry.max_tags(), gucs::MAX_TAGS_PER_DATABASE.get());
-            match registry.lookup_or_assign(my_database(), tag, quota) {
-                Lookup::Found { index, generation } => {
-                    RESOLVED.with(|map| map.borrow_mut().insert(tag.to_vec(), (index, generation)));
-                    (index, generation)
-                }
-                Lookup::QuotaReached { held } => IdgenError::TagQuotaReached {
-                    tag: tag_text(tag),
-                    database: database_name(my_database()),
-                    held,
-                }
-                .raise(),
-                Lookup::Full => match reclaim_dropped_databases(registry) {
-                    true => return resolve(registry, tag, table_oid),
-                    false => IdgenError::TooManyTags {
+    let (index, generation) = resolve_slot(registry, tag, table_oid);
+    Source::Slot { index, generation }
+}
+
+/// The slot of `tag`: the backend's remembered one, or one from shared
+/// memory (assigned now, once the tag's row is known to exist), bound to
+/// table `table_oid`. A tag the calling transaction created has none
+/// (`resolve` asks `created_here` first).
+fn resolve_slot(registry: &Registry, tag: &[u8], table_oid: u32) -> (usize, u64) {
+    if table_oid == 0 {
+        IdgenError::ExtensionDropped.raise();
+    }
+    loop {
+        let cached =
+            RESOLVED
+                .with(|map| map.borrow().get(tag).copied())
+                .filter(|&(index, generation)| {
+                    registry.slot(index).generation.load(Ordering::Acquire) == generation
+                });
+        let (index, generation) = match cached {
+            Some(found) => found,
+            None => {
+                check_row(table_oid, tag);
+                let quota =
+                    slot_share::quota(registry.max_tags(), gucs::MAX_TAGS_PER_DATABASE.get());
+                match registry.lookup_or_assign(my_database(), tag, quota) {
+                    Lookup::Found { index, generation } => {
+                        RESOLVED
+                            .with(|map| map.borrow_mut().insert(tag.to_vec(), (index, generation)));
+                        (index, generation)
+                    }
+                    Lookup::QuotaReached { held } => IdgenError::TagQuotaReached {
+                        tag: tag_text(tag),
+                        database: database_name(my_database()),
+                        held,
+                    }
+                    .raise(),
+                    Lookup::Full if reclaim_dropped_databases(registry) => continue,
+                    Lookup::Full => IdgenError::TooManyTags {
                         max_tags: registry.max_tags() as i32,
                         holders: registry
                             .slots_per_database()
@@ -387,19 +375,18 @@ fn resolve(registry: &Registry, tag: &[u8], table_oid: u32) -> Source {
                             .collect(),
                     }
                     .raise(),
-                },
+                }
+            }
+        };
+        let slot = registry.slot(index);
+        if slot.table_oid() != table_oid {
+            let exclusive = registry.lock(true);
+            if !slot.bind_table(&exclusive, generation, table_oid) {
+                continue;
             }
         }
-    };
-    let slot = registry.slot(index);
-    if slot.table_oid() != table_oid {
-        let exclusive = registry.lock(true);
-        if !slot.bind_table(&exclusive, generation, table_oid) {
-            drop(exclusive);
-            return resolve(registry, tag, table_oid);
-        }
+        return (index, generation);
     }
-    Source::Slot { index, generation }
 }
 
 /// Asks the worker of the slot's lane for its next range.
@@ -699,19 +686,15 @@ fn fallback_id(slot: &Slot, tag: &[u8], waited: Duration, cause: &str) -> i64 {
 /// The next ID of `tag`, resolving it as needed; also returns the slot
 /// `(index, generation)` it came from, if it came from one.
 fn next_id(registry: &Registry, tag: &[u8], table_oid: u32) -> (i64, Option<(usize, u64)>) {
+    // A tag the calling transaction created hands out its own IDs.
+    if let Some(id) = created_here::next_id(tag) {
+        return (id, None);
+    }
     loop {
-        match resolve(registry, tag, table_oid) {
-            Source::OwnTransaction => {
-                let id = created_here::next_id(tag)
-                    .unwrap_or_else(|| IdgenError::UnknownTag { tag: tag_text(tag) }.raise());
-                return (id, None);
-            }
-            Source::Slot { index, generation } => {
-                if let Some(id) = next_id_slow(registry, index, generation, tag, table_oid, true) {
-                    let from_slot = RESOLVED.with(|map| map.borrow().contains_key(tag));
-                    return (id, from_slot.then_some((index, generation)));
-                }
-            }
+        let (index, generation) = resolve_slot(registry, tag, table_oid);
+        if let Some(id) = next_id_slow(registry, index, generation, tag, table_oid, true) {
+            let from_slot = RESOLVED.with(|map| map.borrow().contains_key(tag));
+            return (id, from_slot.then_some((index, generation)));
         }
     }
 }

@@ -26,6 +26,16 @@ pub fn check_tag(tag: &[u8]) {
     }
 }
 
+/// `row_state` of a tag checked first (`check_tag`) in table `table_oid`
+/// (0: the extension is gone, `RowState::NoTable`).
+pub fn checked_row_state(table_oid: u32, tag: &[u8]) -> RowState {
+    check_tag(tag);
+    if table_oid == 0 {
+        return RowState::NoTable;
+    }
+    row_state(table_oid, tag)
+}
+
 /// The OID of the `id_segment` table beside the function `fn_oid` (0 if it
 /// is gone: the extension was dropped).
 fn table_of_function(fn_oid: pg_sys::Oid) -> u32 {
