@@ -25,9 +25,10 @@ What it guarantees:
   connection, and segment_reserve puts each call's blocks above that
   backend's earlier IDs of the tag; the pool consumes a reservation's
   blocks in order (a reservation that crosses a range boundary is several
-  blocks, with a gap between them). After a reconnect (a new backend) the
-  pool also drops any ID not above the last one it handed out, so the
-  order holds whatever the new backend returns.
+  blocks, with a gap between them). After a reconnect (a new backend), and
+  behind a pooler in transaction mode (where each call may run on another
+  backend), the pool also drops any ID not above the last one it handed
+  out, so the order holds whatever the backend returns.
 * Unused IDs are a gap, not a loss of uniqueness: `close()` (or the
   process dying) simply forgets the rest of the reservation.
 
@@ -46,6 +47,16 @@ lock, shares one database handle between threads, and measures the 80% mark
 against its own `step` even when the row's `step` differs. Here a switch
 goes to `first` of the next reservation, and the fetch runs on a connection
 no other thread touches.
+
+Behind a connection pooler. The pool keeps no state in the database
+session, so it works behind PgBouncer in transaction mode too (tested with
+a real one; docs/poolers.md). Its connection runs without psycopg's
+automatic prepared statements (`prepare_threshold = None`): psycopg would
+prepare the reservation statement at its 6th call, under the name
+`_pg3_0`, which another client on the same server connection has
+prepared already (DuplicatePreparedStatement), or which the next server
+connection does not have. One statement per block gains nothing from
+being prepared anyway.
 """
 
 import math
@@ -64,8 +75,8 @@ class IdPool:
     """Thread-safe IDs of one tag, reserved `block_size` at a time.
 
     `connect` is a libpq connection string, or a function returning a new
-    psycopg connection (the pool puts it in autocommit mode and closes it in
-    `close()`). The first reservation is made in the constructor, so a bad
+    psycopg connection (the pool puts it in autocommit mode, turns its
+    automatic prepared statements off, and closes it in `close()`). The first reservation is made in the constructor, so a bad
     tag or connection fails here.
     """
 
@@ -195,6 +206,9 @@ class IdPool:
         if self._conn is None or self._conn.closed:
             self._conn = self._connect()
             self._conn.autocommit = True
+            # No server-side prepared statements: behind a transaction
+            # pooler they land on other clients' server connections.
+            self._conn.prepare_threshold = None
         rows = self._conn.execute(RESERVE, (self.tag, self.block_size)).fetchall()
         self.reserve_calls += 1
         return [(first, last) for first, last in rows]

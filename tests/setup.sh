@@ -11,8 +11,10 @@ PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
 # 127.0.0.1; the packages' services are not used).
 # libkrb5-dev, liblz4-dev, libzstd-dev: Citus's build (the server headers
 # it includes need gssapi; the PyPI builds have lz4 and zstd).
+# pgbouncer: test_poolers.py (its own pgbouncer process on 127.0.0.1; the
+# package's service is not used).
 PACKAGES=(postgresql-15 postgresql-server-dev-15 postgresql-contrib libclang-dev clang sudo faketime
-          patroni etcd-server etcd-client libkrb5-dev liblz4-dev libzstd-dev)
+          patroni etcd-server etcd-client libkrb5-dev liblz4-dev libzstd-dev pgbouncer)
 
 step() { printf '\n== %s\n' "$*"; }
 
