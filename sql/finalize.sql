@@ -46,7 +46,7 @@ CREATE VIEW segment_status AS
            s.ranges_ahead, s.ids_ahead, s.safe_distance, coalesce(l.step::bigint, s.step) AS step, s.steps_per_refill,
            s.ids_per_refill, s.refills, s.cas_conflicts, s.refill_failures, s.waits, s.wait_ms,
            s.fallback_ids, s.ids_taken, s.ids_per_second, s.last_refill, s.last_refill_ms,
-           s.last_error, s.worker_pid
+           s.last_error, s.worker_pid, s.block_size
       FROM segment_status() s
       LEFT JOIN id_segment_remote r
         ON r.biz_tag::text OPERATOR(pg_catalog.=) s.tag
@@ -63,7 +63,7 @@ CREATE VIEW segment_status AS
     -- says, nothing cached, as pg_sequences lists every sequence.
     SELECT pg_catalog.current_database()::text, t.tag, t.source,
            NULL, NULL, NULL, 0, 0, 0, 0, 0, t.step, NULL, NULL, 0, 0, 0, 0, 0, 0, 0, 0,
-           NULL, NULL, NULL, NULL
+           NULL, NULL, NULL, NULL, 1
       FROM (SELECT l.biz_tag::text AS tag, 'local'::text AS source, l.step::bigint AS step
               FROM id_segment l
             UNION ALL
@@ -232,6 +232,7 @@ COMMENT ON COLUMN segment_status.last_refill IS 'when the last range arrived';
 COMMENT ON COLUMN segment_status.last_refill_ms IS 'how long the last refill took, ms';
 COMMENT ON COLUMN segment_status.last_error IS 'the last refill error, if a refill failed';
 COMMENT ON COLUMN segment_status.worker_pid IS 'the refill worker serving the tag, if running';
+COMMENT ON COLUMN segment_status.block_size IS 'IDs a backend took at once last: 1 while no backends contend for the tag, up to 256 while they do (what a backend''s exit can lose is one less)';
 COMMENT ON COLUMN snowflake_status.generator IS 'default (snowflake_nextval) or javascript (snowflake_js_nextval)';
 COMMENT ON COLUMN snowflake_status.machine_id IS 'this server''s machine id (NULL: none yet, see machine_problem)';
 COMMENT ON COLUMN snowflake_status.time_bits IS 'the layout''s time bits';

@@ -94,8 +94,23 @@ COMMENT ON COLUMN snowflake_status.wal_mark_problem IS 'why the mark cannot be r
 COMMENT ON COLUMN snowflake_status.machine_problem IS 'why there is no machine id, or why it cannot be trusted (another Citus node has it); NULL when fine';
 
 -- segment_status: a Citus worker's tags drawn from the coordinator show
--- source 'citus coordinator'; the view is made anew.
+-- source 'citus coordinator', step is the configured step, and block_size
+-- what a backend takes at once (src/segment/backend_block.rs); a return
+-- type cannot be changed in place, so the function and the view are made
+-- anew.
 DROP VIEW segment_status;
+DROP FUNCTION segment_status();
+CREATE FUNCTION segment_status() RETURNS TABLE (
+    database text, tag text, range_first bigint, range_last bigint, next_id bigint,
+    remaining_in_range bigint, pct_used double precision, ranges_ahead bigint, ids_ahead bigint,
+    safe_distance bigint, step bigint, steps_per_refill bigint, ids_per_refill bigint, refills bigint,
+    cas_conflicts bigint, refill_failures bigint, waits bigint, wait_ms double precision,
+    fallback_ids bigint, ids_taken bigint, ids_per_second bigint,
+    last_refill timestamp with time zone, last_refill_ms double precision, last_error text,
+    worker_pid int, block_size bigint)
+    STRICT VOLATILE
+    LANGUAGE c AS 'MODULE_PATHNAME', 'segment_status_rows_wrapper';
+COMMENT ON FUNCTION segment_status() IS 'pg_idgen: the rows of the segment_status view that come from shared memory';
 -- source: where the tag's ranges come from, 'local', the postgres_fdw
 -- server, or 'citus coordinator' (known for the tags of the database the
 -- view is read in).
@@ -109,7 +124,7 @@ CREATE VIEW segment_status AS
            s.ranges_ahead, s.ids_ahead, s.safe_distance, coalesce(l.step::bigint, s.step) AS step, s.steps_per_refill,
            s.ids_per_refill, s.refills, s.cas_conflicts, s.refill_failures, s.waits, s.wait_ms,
            s.fallback_ids, s.ids_taken, s.ids_per_second, s.last_refill, s.last_refill_ms,
-           s.last_error, s.worker_pid
+           s.last_error, s.worker_pid, s.block_size
       FROM segment_status() s
       LEFT JOIN id_segment_remote r
         ON r.biz_tag::text OPERATOR(pg_catalog.=) s.tag
@@ -126,7 +141,7 @@ CREATE VIEW segment_status AS
     -- says, nothing cached, as pg_sequences lists every sequence.
     SELECT pg_catalog.current_database()::text, t.tag, t.source,
            NULL, NULL, NULL, 0, 0, 0, 0, 0, t.step, NULL, NULL, 0, 0, 0, 0, 0, 0, 0, 0,
-           NULL, NULL, NULL, NULL
+           NULL, NULL, NULL, NULL, 1
       FROM (SELECT l.biz_tag::text AS tag, 'local'::text AS source, l.step::bigint AS step
               FROM id_segment l
             UNION ALL
@@ -170,6 +185,7 @@ COMMENT ON COLUMN segment_status.last_refill IS 'when the last range arrived';
 COMMENT ON COLUMN segment_status.last_refill_ms IS 'how long the last refill took, ms';
 COMMENT ON COLUMN segment_status.last_error IS 'the last refill error, if a refill failed';
 COMMENT ON COLUMN segment_status.worker_pid IS 'the refill worker serving the tag, if running';
+COMMENT ON COLUMN segment_status.block_size IS 'IDs a backend took at once last: 1 while no backends contend for the tag, up to 256 while they do (what a backend''s exit can lose is one less)';
 
 -- The guards hold in logical replication's apply workers too: a
 -- replicated change never lowers max_id or the snowflake mark

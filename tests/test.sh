@@ -52,7 +52,10 @@ CORE_TESTS=(
     tests/integration/test_examples.py
     tests/integration/test_remote.py::test_shards_and_a_classic_version_cas_client_never_share_an_id
     tests/integration/test_lease.py::test_three_servers_starting_at_once_get_three_machine_ids
-    tests/integration/test_security.py
+    "tests/integration/test_security.py::test_the_lease_keeper_never_touches_a_table_or_view_a_role_planted_before_set_up"
+    tests/integration/test_security.py::test_a_foreign_table_a_role_without_trust_owns_is_refused
+    tests/integration/test_security.py::test_a_schema_named_after_the_superuser_does_not_redirect_the_lease_keeper
+    tests/integration/test_security.py::test_the_snowflake_keeper_writes_its_mark_as_the_tables_owner
     "tests/integration/test_failover.py::test_a_promoted_standby_continues_above_every_replicated_id[right]"
     tests/integration/test_pg_upgrade.py
 )

@@ -3,6 +3,8 @@
 //!
 //! Pure (no PostgreSQL):
 //! * `chain`: the lock-free range chain.
+//! * `backend_block`: a backend's own block of a hot tag's IDs, sized by
+//!   contention.
 //! * `policy`: when to refill, where the prefetch mark sits, what range a
 //!   row grants.
 //! * `fence`: whether a central server is still where a shard left it.
@@ -35,6 +37,7 @@
 //!   view.
 
 pub mod adopt;
+pub mod backend_block;
 pub mod chain;
 pub mod citus_source;
 pub mod created_here;

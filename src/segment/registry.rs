@@ -80,6 +80,9 @@ pub struct SlotStats {
     /// When a falling-back call last asked the worker for a range (ms):
     /// at most once a second, so the worker's back-off holds.
     pub fallback_asked_at_ms: AtomicI64,
+    /// IDs a backend took at once last (`backend_block.rs`): 1 while no
+    /// backends contend; what a backend's exit can lose is one less.
+    pub block_size: AtomicU64,
 }
 
 #[repr(C)]
@@ -815,6 +818,7 @@ impl Slot {
         ] {
             counter.store(0, Ordering::Relaxed);
         }
+        s.block_size.store(1, Ordering::Relaxed);
         s.step.store(0, Ordering::Relaxed);
         s.last_refill_at.store(0, Ordering::Relaxed);
         s.fallback_warned_at_ms.store(0, Ordering::Relaxed);

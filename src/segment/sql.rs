@@ -25,6 +25,7 @@
 //! (`created_here`): the worker cannot see the row yet, and if the
 //! transaction rolls back the tag never existed.
 
+use super::backend_block::BackendBlock;
 use super::chain::Taken;
 use super::citus_source;
 use super::created_here;
@@ -40,7 +41,7 @@ use crate::errors::{required, IdgenError, StoredError, TAG_MAX_BYTES};
 use crate::gucs;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
-use std::cell::RefCell;
+use std::cell::{RefCell, UnsafeCell};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -433,9 +434,24 @@ fn after_take(registry: &Registry, index: usize, taken: Taken) -> i64 {
     taken.id
 }
 
-/// Up to `n` IDs of a slot at once; the block counts as this backend's
-/// take, and one that crossed a prefetch mark wakes the worker.
+/// Up to `n` IDs of a slot at once, for a batch or a reservation: the
+/// backend's own block of the slot (`BLOCKS`) is given up first (a gap),
+/// so that its IDs, taken earlier and lower, never come after these.
 fn take_block(
+    registry: &Registry,
+    index: usize,
+    generation: u64,
+    n: u64,
+) -> Option<super::chain::TakenBlock> {
+    // SAFETY: see `block_of`.
+    unsafe { block_of(index) }.clear();
+    take_chain_block(registry, index, generation, n)
+}
+
+/// Up to `n` IDs of a slot at once from its chain; the block counts as
+/// this backend's take, and one that crossed a prefetch mark wakes the
+/// worker.
+fn take_chain_block(
     registry: &Registry,
     index: usize,
     generation: u64,
@@ -450,6 +466,65 @@ fn take_block(
     Some(block)
 }
 
+/// This backend's own blocks of hot tags' IDs (`backend_block.rs`), one per
+/// slot, folded into 64 entries (two slots sharing an entry only give each
+/// other's blocks up more often).
+struct Blocks([UnsafeCell<BackendBlock>; 64]);
+
+// SAFETY: a backend is one single-threaded process: PostgreSQL calls the
+// functions that use these on its one thread, never concurrently.
+unsafe impl Sync for Blocks {}
+
+static BLOCKS: Blocks = Blocks([const { UnsafeCell::new(BackendBlock::EMPTY) }; 64]);
+
+/// The block entry of slot `index`.
+///
+/// # Safety
+/// Called on the backend's thread, and the reference is dropped before the
+/// next call (no function holding one calls another that takes one).
+#[inline]
+unsafe fn block_of(index: usize) -> &'static mut BackendBlock {
+    // SAFETY: the caller's promise: one thread, no two references alive.
+    unsafe { &mut *BLOCKS.0[index % 64].get() }
+}
+
+/// The next ID of slot `index` for a scalar call: from this backend's
+/// block while its slot has `generation`, else taken from the chain — one
+/// ID, or a block of several while backends contend (`backend_block.rs`).
+/// `None`: the chain is empty, or the slot was given up.
+#[inline]
+fn take_one(registry: &Registry, index: usize, generation: u64) -> Option<i64> {
+    let slot = registry.slot(index);
+    // SAFETY: no other block reference is alive in this call.
+    let block = unsafe { block_of(index) };
+    if block.is_for(index, generation) {
+        if slot.generation.load(Ordering::Acquire) != generation {
+            block.clear();
+            return None;
+        }
+        if let Some(id) = block.next_id() {
+            return Some(id);
+        }
+    }
+    let size = if block.is_for(index, generation) {
+        block.size()
+    } else {
+        1
+    };
+    let id = if size <= 1 {
+        let taken = slot.take_for(generation)?;
+        block.took_one(index, generation, taken.id);
+        after_take(registry, index, taken)
+    } else {
+        let taken = take_chain_block(registry, index, generation, size)?;
+        block.took(index, generation, &taken)?
+    };
+    if block.size() != size {
+        slot.stats.block_size.store(block.size(), Ordering::Relaxed);
+    }
+    Some(id)
+}
+
 /// The next ID of `tag`'s slot, waiting for a refill if none is cached.
 /// Returns `None` when the slot was freed or reassigned meanwhile (the
 /// caller resolves the tag again).
@@ -462,8 +537,8 @@ fn next_id_slow(
     allow_fallback: bool,
 ) -> Option<i64> {
     let slot = registry.slot(index);
-    if let Some(taken) = slot.take_for(generation) {
-        return Some(after_take(registry, index, taken));
+    if let Some(id) = take_one(registry, index, generation) {
+        return Some(id);
     }
     // SAFETY: plain query of the backend's recovery state.
     if unsafe { pg_sys::RecoveryInProgress() } {
@@ -488,7 +563,11 @@ fn next_id_slow(
         return Some(fallback_id(slot, tag, Duration::ZERO, "still no new range"));
     }
     match wait_for_range(registry, index, generation) {
-        WaitEnd::Taken(taken) => Some(after_take(registry, index, taken)),
+        WaitEnd::Taken(taken) => {
+            // SAFETY: no other block reference is alive here.
+            unsafe { block_of(index) }.took_one(index, generation, taken.id);
+            Some(after_take(registry, index, taken))
+        }
         WaitEnd::SlotGone => None,
         WaitEnd::Failed(e) => IdgenError::RefillFailed {
             tag: tag_text(tag),
@@ -747,8 +826,7 @@ pub unsafe extern "C-unwind" fn segment_nextval_fast(
         if site.has_slot
             && (site.arg_is_const || text_bytes(arg.value) == &site.tag[..site.tag_len])
         {
-            if let Some(taken) = registry.slot(site.index).take_for(site.generation) {
-                let id = after_take(registry, site.index, taken);
+            if let Some(id) = take_one(registry, site.index, site.generation) {
                 note_last(registry, site.index, site.generation, id);
                 return pg_sys::Datum::from(id);
             }

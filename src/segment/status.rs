@@ -39,6 +39,7 @@ fn segment_status_rows() -> TableIterator<
         name!(last_refill_ms, Option<f64>),
         name!(last_error, Option<String>),
         name!(worker_pid, Option<i32>),
+        name!(block_size, i64),
     ),
 > {
     let registry = registry_or_raise();
@@ -107,6 +108,7 @@ fn segment_status_rows() -> TableIterator<
             (refills > 0).then(|| stats.last_refill_micros.load(Ordering::Relaxed) as f64 / 1000.0),
             error.map(|e| e.message),
             worker_pid,
+            stats.block_size.load(Ordering::Relaxed).max(1) as i64,
         ));
     }
     TableIterator::new(rows)
