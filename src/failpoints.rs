@@ -26,6 +26,11 @@
 //! clock and not yet sent its CAS), `lease-after-read` (the lease
 //! keeper, looking for an id to claim, has read the table and noted each
 //! row's version, and decides nothing yet: it sees no later version).
+//!
+//! One more is read once per process, not at a point: `backend-block-size`
+//! holds a number, the size of every block a backend takes of a hot tag
+//! (`segment/backend_block.rs`) whatever the contention, so that a test
+//! can make a backend hold a block of IDs and then end it.
 
 #[cfg(feature = "failpoints")]
 pub fn failpoint(name: &str) {
@@ -61,3 +66,26 @@ pub fn failpoint(name: &str) {
 #[cfg(not(feature = "failpoints"))]
 #[inline(always)]
 pub fn failpoint(_name: &str) {}
+
+/// The block size `backend-block-size` forces (read at the first call in
+/// each process: armed before a session connects, it holds for it).
+#[cfg(feature = "failpoints")]
+pub fn forced_block_size() -> Option<u64> {
+    use once_cell::sync::OnceCell;
+    use pgrx::pg_sys;
+    static FORCED: OnceCell<Option<u64>> = OnceCell::new();
+    *FORCED.get_or_init(|| {
+        // SAFETY: DataDir is set at start and never changes.
+        let data_dir = unsafe { std::ffi::CStr::from_ptr(pg_sys::DataDir) };
+        let file = std::path::PathBuf::from(data_dir.to_string_lossy().as_ref())
+            .join("pg_idgen_failpoints")
+            .join("backend-block-size");
+        std::fs::read_to_string(file).ok()?.trim().parse().ok()
+    })
+}
+
+#[cfg(not(feature = "failpoints"))]
+#[inline(always)]
+pub fn forced_block_size() -> Option<u64> {
+    None
+}

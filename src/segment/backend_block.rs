@@ -57,6 +57,8 @@ pub struct BackendBlock {
     size: u64,
     /// The ID after the last one this backend took (`None`: none yet).
     after_last: Option<i64>,
+    /// The size `sql.rs` last wrote to the slot's `block_size` statistic.
+    pub reported_size: u64,
 }
 
 impl Default for BackendBlock {
@@ -77,6 +79,7 @@ impl BackendBlock {
         left: 0,
         size: 1,
         after_last: None,
+        reported_size: 1,
     };
 
     /// Whether it holds IDs taken under slot `index`, `generation`.

@@ -506,10 +506,10 @@ fn take_one(registry: &Registry, index: usize, generation: u64) -> Option<i64> {
             return Some(id);
         }
     }
-    let size = if block.is_for(index, generation) {
-        block.size()
-    } else {
-        1
+    let size = match crate::failpoints::forced_block_size() {
+        Some(forced) => forced.clamp(1, super::backend_block::MAX_BLOCK),
+        None if block.is_for(index, generation) => block.size(),
+        None => 1,
     };
     let id = if size <= 1 {
         let taken = slot.take_for(generation)?;
@@ -519,8 +519,10 @@ fn take_one(registry: &Registry, index: usize, generation: u64) -> Option<i64> {
         let taken = take_chain_block(registry, index, generation, size)?;
         block.took(index, generation, &taken)?
     };
-    if block.size() != size {
-        slot.stats.block_size.store(block.size(), Ordering::Relaxed);
+    if block.reported_size != size {
+        // Written when the size changes, not at every take.
+        block.reported_size = size;
+        slot.stats.block_size.store(size, Ordering::Relaxed);
     }
     Some(id)
 }

@@ -10,8 +10,9 @@ named point, the server looks for the file `<PGDATA>/pg_idgen_failpoints/<name>`
   connects, the worker exits while starting).
 Names: `worker-start`, `worker-before-refill`, `worker-remote-before-commit`,
 `worker-before-publish`, `worker-before-give-back`; the lease keeper's
-`lease-before-renew`, `lease-before-cas` and `lease-after-read`
-(src/failpoints.rs says where each is).
+`lease-before-renew`, `lease-before-cas` and `lease-after-read`; and
+`backend-block-size`, a number read once per process: the size of every
+block a backend takes of a hot tag (src/failpoints.rs says where each is).
 """
 
 import contextlib
@@ -51,6 +52,12 @@ class Failpoint:
 
     def arm(self, action):
         assert action in ("pause", "error"), action
+        self.arm_value(action)
+
+    def arm_value(self, value):
+        """Writes `value` as the failpoint's content (a point's action, or
+        the number `backend-block-size` holds)."""
+        action = value
         os.makedirs(self.dir, exist_ok=True)
         shutil.chown(self.dir, "postgres", "postgres")
         os.chmod(self.dir, 0o775)

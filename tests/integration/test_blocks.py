@@ -6,8 +6,9 @@ import random
 import threading
 
 import psycopg
+import pytest
 
-from adversary import paused
+from adversary import Failpoint, paused
 from helpers import assert_increasing, assert_unique
 
 
@@ -212,15 +213,16 @@ def test_reserve_and_base62_from_every_calling_context_and_after_a_restart(make_
             assert conn.execute("SELECT idgen_base62(%s::bigint)", (id_,), prepare=True).fetchone()[0] == code
 
 
-def test_a_hot_tag_gives_contending_backends_blocks_of_their_own(cluster, db):
-    """Issue 39: backends drawing one tag at once take blocks of their own
-    (segment_status.block_size above 1), each backend's IDs still strictly
-    increase, none repeats; a backend that exits with a block in hand loses
-    at most the rest of it (a gap of under 256 per backend); and a backend
-    drawing alone again takes single IDs, with no gap."""
+def test_backends_drawing_one_hot_tag_at_once_repeat_nothing(cluster, db):
+    """Issue 39: backends drawing one tag at once (each may take blocks of
+    its own while they contend: whether they do depends on how the machine
+    runs them, so it is not asserted here; backend_block.rs's #[test]s
+    force the interleavings) — each backend's IDs strictly increase, none
+    repeats, and a backend drawing alone afterwards takes single IDs, one
+    after the other."""
     cluster.sql("SELECT segment_create('hot', step => 100000)", dbname=db)
-    per_session, sizes, failures = {}, [], []
-    go = threading.Barrier(3)
+    per_session, failures = {}, []
+    go = threading.Barrier(2)
 
     def drawer(key):
         try:
@@ -231,18 +233,10 @@ def test_a_hot_tag_gives_contending_backends_blocks_of_their_own(cluster, db):
                     ids += [r[0] for r in conn.execute(
                         "SELECT segment_nextval('hot') FROM generate_series(1, 5000)")]
                 per_session[key] = ids
-                # Exits with whatever block it holds.
         except Exception as e:  # reported below
             failures.append(e)
 
-    def watcher():
-        go.wait()
-        while len(per_session) < 2 and not failures:
-            (size,), = cluster.sql("SELECT block_size FROM segment_status WHERE tag = 'hot' "
-                                   "AND database = current_database()", dbname=db)
-            sizes.append(size)
-
-    threads = [threading.Thread(target=drawer, args=(k,)) for k in range(2)] + [threading.Thread(target=watcher)]
+    threads = [threading.Thread(target=drawer, args=(k,)) for k in range(2)]
     for t in threads:
         t.start()
     for t in threads:
@@ -252,12 +246,37 @@ def test_a_hot_tag_gives_contending_backends_blocks_of_their_own(cluster, db):
         assert_increasing(ids)
     together = per_session[0] + per_session[1]
     assert_unique(together)
-    # Alone, after them: single IDs, one after the other.
     with cluster.connect(db) as conn:
         alone = [r[0] for r in conn.execute("SELECT segment_nextval('hot') FROM generate_series(1, 20000)")]
     assert_unique(together + alone)
     assert alone[-10_000:] == list(range(alone[-10_000], alone[-10_000] + 10_000)), "a backend alone left gaps"
     # What the two backends' exits lost: under a block each.
     assert min(alone) - max(together) <= 2 * 256
-    # 200,000 IDs each, started together: they contended, and took blocks.
-    assert 1 < max(sizes) <= 256, sizes[-20:]
+
+
+@pytest.mark.parametrize("end", ["terminated", "crashed"])
+def test_a_backend_that_ends_with_a_block_in_hand_loses_it_and_nothing_repeats(make_cluster, end):
+    """Issue 39: a backend holding a block of a hot tag (forced to blocks of
+    256 by the failpoint backend-block-size) is terminated, or the server
+    crashes under it: the rest of its block is a gap, never handed out
+    again; segment_status shows the block size."""
+    c = make_cluster()
+    Failpoint(c, "backend-block-size").arm_value("256")
+    c.start()
+    c.sql("CREATE EXTENSION pg_idgen")
+    c.sql("SELECT segment_create('hot', step => 100000)")
+    holder = c.connect()
+    # The first call waits for the tag's first range and takes one ID; the
+    # second takes a block of 256 and hands out its first.
+    *_, (first,) = holder.execute("SELECT segment_nextval('hot') FROM generate_series(1, 2)").fetchall()
+    (pid,), = holder.execute("SELECT pg_backend_pid()").fetchall()
+    assert c.sql("SELECT block_size FROM segment_status WHERE tag = 'hot'") == [(256,)]
+    if end == "terminated":
+        c.sql("SELECT pg_terminate_backend(%s)", (pid,))
+    else:
+        c.stop("immediate")
+        c.start()
+    holder.close()
+    after = [r[0] for r in c.sql("SELECT segment_nextval('hot') FROM generate_series(1, 1000)")]
+    assert min(after) > first + 255, (first, after[:3])
+    assert_increasing(after)
