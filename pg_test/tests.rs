@@ -86,4 +86,38 @@ mod tests {
     fn nextval_many_of_zero_is_empty() {
         assert!(ids("SELECT segment_nextval('whatever', 0)").is_empty());
     }
+
+    #[pg_test]
+    fn times_in_a_servers_options_are_read_by_postgres_own_parser() {
+        use crate::remote_session::{
+            milliseconds, problem, PINNED_OPTIONS, TIMES_AS_POSTGRES_READS_THEM,
+        };
+        for (value, ms) in TIMES_AS_POSTGRES_READS_THEM {
+            assert_eq!(milliseconds(value), *ms, "{value:?}");
+        }
+        for good in [
+            PINNED_OPTIONS,
+            "-csynchronous_commit=remote_apply --lock-timeout=5 -c Idle_In_Transaction_Session_Timeout=2s",
+            "-c synchronous_commit=on -c lock_timeout=0.01s -c idle_in_transaction_session_timeout=10000",
+        ] {
+            assert_eq!(problem(Some(good)), None, "{good}");
+        }
+        for bad in ["0", "11ms", "1s", "-5", "5parsecs", "", "0.4ms", "10MS"] {
+            let options = format!(
+                "-c synchronous_commit=on -c lock_timeout={bad} -c idle_in_transaction_session_timeout=5s"
+            );
+            let said = problem(Some(&options)).expect(bad);
+            assert!(
+                said.contains(&format!(
+                    "sets lock_timeout={bad} in its options, but it must be between 1ms and 10ms"
+                )),
+                "{bad}: {said}"
+            );
+        }
+        let idle = "-c synchronous_commit=on -c lock_timeout=10ms -c idle_in_transaction_session_timeout=1min";
+        assert_eq!(
+            problem(Some(idle)).as_deref(),
+            Some("sets idle_in_transaction_session_timeout=1min in its options, but it must be between 1ms and 10000ms")
+        );
+    }
 }
