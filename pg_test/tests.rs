@@ -120,4 +120,89 @@ mod tests {
             Some("sets idle_in_transaction_session_timeout=1min in its options, but it must be between 1ms and 10000ms")
         );
     }
+
+    /// The tags `tag_uses` reads in a table's column default `default`.
+    fn tags_in_default(default: &str) -> Vec<String> {
+        Spi::run(&format!(
+            "CREATE TABLE pgtest_uses (id bigint DEFAULT {default})"
+        ))
+        .unwrap();
+        let oid = |sql: &str| Spi::get_one::<pg_sys::Oid>(sql).unwrap().unwrap().to_u32();
+        let table = oid("SELECT 'id_segment'::regclass::oid");
+        let relid = oid("SELECT 'pgtest_uses'::regclass::oid");
+        let uses = crate::segment::default_check::tag_uses(table, Some(&[relid]));
+        Spi::run("DROP TABLE pgtest_uses").unwrap();
+        uses.into_iter().map(|u| u.tag).collect()
+    }
+
+    #[pg_test]
+    fn a_default_s_tag_is_read_from_its_stored_expression_tree() {
+        let schema = Spi::get_one::<String>(
+            "SELECT quote_ident(extnamespace::regnamespace::text) FROM pg_extension WHERE extname = 'pg_idgen'",
+        )
+        .unwrap()
+        .unwrap();
+        for (default, tag) in [
+            ("segment_nextval('o''brien')", "o'brien"),
+            ("segment_nextval('x'::text)", "x"),
+            ("segment_nextval('x'::varchar)", "x"),
+            ("segment_nextval('x' COLLATE \"C\")", "x"),
+            (
+                "segment_nextval(('x'::varchar)::text COLLATE \"POSIX\")",
+                "x",
+            ),
+            ("segment_nextval(tag => 'x')", "x"),
+            (&format!("{schema}.segment_nextval('x')"), "x"),
+            (r"segment_nextval(E'a\\b')", r"a\b"),
+            ("segment_nextval('日本')", "日本"),
+            // The text the call receives: bpchar's cast to text trims, a
+            // length cuts, a number is printed.
+            ("segment_nextval('x '::bpchar)", "x"),
+            ("segment_nextval('x'::name)", "x"),
+            ("segment_nextval('abcdef'::varchar(3))", "abc"),
+            ("segment_nextval(5::text)", "5"),
+        ] {
+            assert_eq!(tags_in_default(default), [tag], "{default}");
+        }
+        assert_eq!(
+            tags_in_default("segment_nextval('a') + segment_nextval('b')"),
+            ["a", "b"]
+        );
+    }
+
+    #[pg_test]
+    fn a_default_without_a_constant_tag_of_the_extension_is_not_a_use() {
+        Spi::run("CREATE SCHEMA pgtest_other").unwrap();
+        Spi::run(
+            "CREATE FUNCTION pgtest_other.segment_nextval(tag text) RETURNS bigint LANGUAGE sql AS 'SELECT 1::bigint'",
+        )
+        .unwrap();
+        for default in [
+            "segment_nextval(current_setting('app.tag'))",
+            "segment_nextval('a' || 'b')",
+            "segment_nextval(NULL)",
+            "segment_nextval(now()::text)",
+            // timestamptz's output depends on DateStyle: not folded.
+            "segment_nextval('2025-01-01'::timestamptz::text)",
+            "pgtest_other.segment_nextval('x')",
+        ] {
+            assert!(tags_in_default(default).is_empty(), "{default}");
+        }
+    }
+
+    #[pg_test]
+    fn a_domain_s_default_is_a_use() {
+        Spi::run("CREATE DOMAIN pgtest_id AS bigint DEFAULT segment_nextval('pgtest_dom')")
+            .unwrap();
+        let table = Spi::get_one::<pg_sys::Oid>("SELECT 'id_segment'::regclass::oid")
+            .unwrap()
+            .unwrap()
+            .to_u32();
+        let uses: Vec<_> = crate::segment::default_check::tag_uses(table, None)
+            .into_iter()
+            .filter(|u| u.tag == "pgtest_dom")
+            .map(|u| u.user.describe())
+            .collect();
+        assert_eq!(uses, ["the default of domain pgtest_id"]);
+    }
 }
