@@ -205,4 +205,50 @@ mod tests {
             .collect();
         assert_eq!(uses, ["the default of domain pgtest_id"]);
     }
+
+    #[pg_test]
+    fn the_state_file_is_renamed_into_place_by_durable_rename_and_a_failure_is_returned() {
+        use crate::snowflake::keeper::write_durably;
+        use crate::snowflake::layout::{Layout, DEFAULT_EPOCH_MS};
+        use crate::snowflake::state_file::{
+            read, render, HighWater, Saved, STATE_FILE, STATE_FILE_TMP,
+        };
+        let dir =
+            std::env::temp_dir().join(format!("pg_idgen-pgtest-state-file-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let first = HighWater {
+            layout: Layout::new(DEFAULT_EPOCH_MS, 41, 10, 12, 63).unwrap(),
+            main: 42,
+            javascript: -1,
+        };
+        write_durably(&dir, &render(&first)).unwrap();
+        assert_eq!(read(&dir), Ok(Some(Saved::HighWater(first))));
+        assert!(!dir.join(STATE_FILE_TMP).exists());
+        let later = HighWater {
+            main: 4242,
+            ..first
+        };
+        write_durably(&dir, &render(&later)).unwrap();
+        assert_eq!(read(&dir), Ok(Some(Saved::HighWater(later))));
+        // durable_rename cannot open the old file to fsync it: its ERROR
+        // comes back as the error, and this transaction goes on.
+        std::fs::remove_file(dir.join(STATE_FILE)).unwrap();
+        std::fs::create_dir(dir.join(STATE_FILE)).unwrap();
+        let failed = write_durably(&dir, &render(&first))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            failed.contains("could not open file") && failed.contains("Is a directory"),
+            "{failed}"
+        );
+        assert_eq!(Spi::get_one::<i32>("SELECT 1"), Ok(Some(1)));
+        // The temporary file cannot be written: its OS error is kept.
+        std::fs::remove_dir(dir.join(STATE_FILE)).unwrap();
+        std::fs::remove_file(dir.join(STATE_FILE_TMP)).unwrap();
+        std::fs::create_dir(dir.join(STATE_FILE_TMP)).unwrap();
+        let failed = write_durably(&dir, &render(&first)).unwrap_err();
+        assert_eq!(failed.raw_os_error(), Some(libc::EISDIR));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
