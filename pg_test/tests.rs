@@ -251,4 +251,33 @@ mod tests {
         assert_eq!(failed.raw_os_error(), Some(libc::EISDIR));
         std::fs::remove_dir_all(&dir).unwrap();
     }
+
+    #[pg_test]
+    fn pg_idgen_s_locks_are_the_locks_of_its_named_tranche() {
+        use crate::shmem::{lock, Lock, LOCKS};
+        // SAFETY: the library is preloaded in this server; the locks are
+        // only looked at, and the registry's taken through its own API.
+        unsafe {
+            let locks = LOCKS.map(|which| lock(which));
+            for (which, &l) in LOCKS.iter().zip(&locks) {
+                let name = std::ffi::CStr::from_ptr(pg_sys::GetLWLockIdentifier(
+                    pg_sys::PG_WAIT_LWLOCK,
+                    (*l).tranche,
+                ));
+                assert_eq!(name, c"pg_idgen", "{which:?}");
+                assert!(!pg_sys::LWLockHeldByMe(l), "{which:?}");
+            }
+            assert_ne!(locks[0], locks[1]);
+            // pg_idgen's is the only named tranche of this server, and
+            // lwlock.c lays out its table of named tranches right after
+            // their locks: a lock used but not requested would lie there.
+            let end = (lock(LOCKS[LOCKS.len() - 1]) as *mut pg_sys::LWLockPadded).add(1);
+            assert!(end as usize <= pg_sys::NamedLWLockTrancheArray as usize);
+            let registry = crate::segment::registry::registry().unwrap();
+            let held = registry.lock(true);
+            assert!(pg_sys::LWLockHeldByMe(lock(Lock::Registry)));
+            assert!(!pg_sys::LWLockHeldByMe(lock(Lock::Layout)));
+            drop(held);
+        }
+    }
 }
