@@ -2,7 +2,8 @@
 //! before a shard takes ranges (`segment_attach`, every remote refill) or
 //! a machine-id lease (the lease keeper, before every claim and renewal)
 //! through it, read from the server's libpq `options` option (`-c
-//! name=value ...`). Pure: no pgrx.
+//! name=value ...`). Pure but for reading a time value, which is
+//! PostgreSQL's (below).
 //!
 //! postgres_fdw runs the remote transaction with the central server's own
 //! defaults; a worker's `SET LOCAL`s stay on the shard. So the settings
@@ -29,13 +30,23 @@
 //! setting of a name wins. This module reads `-c name=value`,
 //! `-cname=value` and `--name=value` the same way, and refuses every other
 //! word (a bundled switch, a stray value), so that what it checks is what
-//! the backend applies.
+//! the backend applies. PostgreSQL has no helper for that syntax outside
+//! the backend's startup, so the words and the checks are this module's
+//! own, pure, in [`problem_with`].
+//!
+//! A time setting's value (`10ms`, `0.01s`, `10000`) is read by
+//! PostgreSQL's own parser, `parse_int` with the unit of both settings
+//! (milliseconds), as `SET` reads it: [`problem`] passes it to
+//! [`problem_with`], and is the one function here that needs a server
+//! (its readings are checked in `pg_test/tests.rs`).
+
+use pgrx::pg_sys;
 
 /// The longest remote row-lock wait allowed: the local rule's.
-pub const MAX_LOCK_TIMEOUT_MS: f64 = 10.0;
+pub const MAX_LOCK_TIMEOUT_MS: i32 = 10;
 
 /// The longest a central session may sit idle in a transaction.
-pub const MAX_IDLE_TIMEOUT_MS: f64 = 10_000.0;
+pub const MAX_IDLE_TIMEOUT_MS: i32 = 10_000;
 
 /// The `options` option of the foreign server `s` (a `pg_foreign_server`
 /// row in the caller's query), or NULL: an SQL expression.
@@ -50,6 +61,36 @@ pub const PINNED_OPTIONS: &str =
 /// Why a server's `options` do not make a remote refill safe, as a user
 /// reads it after "server \"x\" ...".
 pub fn problem(options: Option<&str>) -> Option<String> {
+    problem_with(options, milliseconds)
+}
+
+/// A time setting's value in milliseconds as PostgreSQL reads it when the
+/// setting is set (`lock_timeout` and `idle_in_transaction_session_timeout`
+/// are integers in milliseconds): a number, fractions rounded, optionally
+/// followed by a unit; `None` for what PostgreSQL refuses.
+pub(crate) fn milliseconds(value: &str) -> Option<i32> {
+    let value = std::ffi::CString::new(value).ok()?;
+    let mut ms = 0;
+    // SAFETY: parse_int reads the NUL-terminated text and writes the int;
+    // a null hint pointer is allowed. It allocates nothing and raises no
+    // error, in any server process.
+    let parsed = unsafe {
+        pg_sys::parse_int(
+            value.as_ptr(),
+            &mut ms,
+            pg_sys::GUC_UNIT_MS as i32,
+            std::ptr::null_mut(),
+        )
+    };
+    parsed.then_some(ms)
+}
+
+/// [`problem`], with `milliseconds` reading the value of a time setting
+/// (`None`: not a time).
+pub fn problem_with(
+    options: Option<&str>,
+    milliseconds: impl Fn(&str) -> Option<i32>,
+) -> Option<String> {
     let settings = match settings(options.unwrap_or("")) {
         Ok(settings) => settings,
         Err(word) => {
@@ -81,7 +122,7 @@ pub fn problem(options: Option<&str>) -> Option<String> {
         match value(name) {
             None => return Some(format!("does not set {name} in its options")),
             Some(v) => match milliseconds(v) {
-                Some(ms) if ms >= 1.0 && ms <= max_ms => {}
+                Some(ms) if (1..=max_ms).contains(&ms) => {}
                 _ => {
                     return Some(format!(
                         "sets {name}={v} in its options, but it must be between 1ms and {max_ms}ms"
@@ -163,26 +204,6 @@ fn waits_for_flush(value: &str) -> bool {
     )
 }
 
-/// A time setting in milliseconds, as PostgreSQL reads a setting whose
-/// unit is ms: a number, optionally followed by us, ms, s, min, h or d.
-fn milliseconds(value: &str) -> Option<f64> {
-    let value = value.trim();
-    let split = value
-        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '-' || c == '+'))
-        .unwrap_or(value.len());
-    let number: f64 = value[..split].parse().ok()?;
-    let factor = match value[split..].trim() {
-        "" | "ms" => 1.0,
-        "us" => 0.001,
-        "s" => 1_000.0,
-        "min" => 60_000.0,
-        "h" => 3_600_000.0,
-        "d" => 86_400_000.0,
-        _ => return None,
-    };
-    Some(number * factor)
-}
-
 /// The `name=value` settings in an `options` string, in order; names are
 /// lower-cased and `-` becomes `_`, as the backend does for `--name`. A
 /// word that is not one of the three spellings is returned as the error.
@@ -235,9 +256,46 @@ fn split_words(options: &str) -> Vec<String> {
     words
 }
 
+/// Time values and the milliseconds PostgreSQL's `parse_int` reads in
+/// them (`None`: refused): the plain tests below take their times from
+/// here, and `pg_test/tests.rs` checks every line against the server.
+#[cfg(any(test, feature = "pg_test"))]
+pub(crate) const TIMES_AS_POSTGRES_READS_THEM: &[(&str, Option<i32>)] = &[
+    ("10ms", Some(10)),
+    ("5s", Some(5_000)),
+    ("1s", Some(1_000)),
+    ("2s", Some(2_000)),
+    ("5", Some(5)),
+    ("0.01s", Some(10)),
+    ("10000", Some(10_000)),
+    ("1000us", Some(1)),
+    ("1min", Some(60_000)),
+    ("1h", Some(3_600_000)),
+    ("1d", Some(86_400_000)),
+    ("0", Some(0)),
+    ("11ms", Some(11)),
+    ("-5", Some(-5)),
+    ("0.4ms", Some(0)),
+    ("5parsecs", None),
+    ("10MS", None),
+    ("", None),
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The module's `problem`, with times read from
+    /// `TIMES_AS_POSTGRES_READS_THEM` instead of the server's parser.
+    fn problem(options: Option<&str>) -> Option<String> {
+        problem_with(options, |value| {
+            TIMES_AS_POSTGRES_READS_THEM
+                .iter()
+                .find(|(v, _)| *v == value)
+                .unwrap_or_else(|| panic!("{value:?} is not in TIMES_AS_POSTGRES_READS_THEM"))
+                .1
+        })
+    }
 
     #[test]
     fn the_pinned_options_pass_and_each_missing_one_is_named() {
@@ -309,7 +367,7 @@ mod tests {
             .as_deref(),
             Some("sets synchronous_commit=false in its options, but it must be on, remote_write or remote_apply")
         );
-        for bad in ["0", "11ms", "1s", "-5", "5parsecs", ""] {
+        for bad in ["0", "11ms", "1s", "-5", "5parsecs", "", "0.4ms", "10MS"] {
             let options = format!("-c synchronous_commit=on -c lock_timeout={bad} -c idle_in_transaction_session_timeout=5s");
             let said = problem(Some(&options)).expect(bad);
             assert!(said.contains("lock_timeout"), "{bad}: {said}");

@@ -3,7 +3,8 @@
 //!
 //! * `tag_uses`: the columns of this database whose expression calls the
 //!   extension's `segment_nextval(text)` with a constant tag (found through
-//!   `pg_depend`, the tag read by `default_expr`). `segment_drop` refuses
+//!   `pg_depend`, the tag read from the stored expression tree by
+//!   `default_expr`). `segment_drop` refuses
 //!   to drop a tag one of them uses, unless forced.
 //! * `segment_defaults_check(relid)`: called by the event trigger
 //!   `pg_idgen_segment_defaults` at `ddl_command_end` for each table a
@@ -109,7 +110,7 @@ pub fn tag_uses(table_oid: u32, relids: Option<&[u32]>) -> Vec<TagUse> {
                       AND p.proargtypes OPERATOR(pg_catalog.=) '25'::pg_catalog.oidvector) \
                  SELECT ad.adrelid::pg_catalog.regclass::pg_catalog.text, a.attname::pg_catalog.text, \
                         a.attgenerated OPERATOR(pg_catalog.<>) '', \
-                        pg_catalog.pg_get_expr(ad.adbin, ad.adrelid) \
+                        ad.adbin::pg_catalog.text, (SELECT oid FROM f) \
                    FROM pg_catalog.pg_depend d \
                    JOIN pg_catalog.pg_attrdef ad ON ad.oid OPERATOR(pg_catalog.=) d.objid \
                    JOIN pg_catalog.pg_attribute a ON a.attrelid OPERATOR(pg_catalog.=) ad.adrelid \
@@ -121,7 +122,7 @@ pub fn tag_uses(table_oid: u32, relids: Option<&[u32]>) -> Vec<TagUse> {
                     AND ($2::pg_catalog.oid[] IS NULL OR ad.adrelid OPERATOR(pg_catalog.=) ANY ($2)) \
                  UNION ALL \
                  SELECT t.oid::pg_catalog.regtype::pg_catalog.text, NULL, false, \
-                        pg_catalog.pg_get_expr(t.typdefaultbin, 0) \
+                        t.typdefaultbin::pg_catalog.text, (SELECT oid FROM f) \
                    FROM pg_catalog.pg_depend d \
                    JOIN pg_catalog.pg_type t ON t.oid OPERATOR(pg_catalog.=) d.objid \
                   WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_type'::pg_catalog.regclass \
@@ -137,11 +138,12 @@ pub fn tag_uses(table_oid: u32, relids: Option<&[u32]>) -> Vec<TagUse> {
         )?;
         let mut rows = Vec::new();
         for row in table {
-            let (Some(owner), column, Some(generated), Some(expression)) = (
+            let (Some(owner), column, Some(generated), Some(tree), Some(function)) = (
                 row.get::<String>(1)?,
                 row.get::<String>(2)?,
                 row.get::<bool>(3)?,
                 row.get::<String>(4)?,
+                row.get::<pg_sys::Oid>(5)?,
             ) else {
                 continue;
             };
@@ -153,7 +155,7 @@ pub fn tag_uses(table_oid: u32, relids: Option<&[u32]>) -> Vec<TagUse> {
                 },
                 None => User::Domain { name: owner },
             };
-            rows.push((user, expression));
+            rows.push((user, tree, function));
         }
         Ok::<_, pgrx::spi::Error>(rows)
     })
@@ -164,12 +166,9 @@ pub fn tag_uses(table_oid: u32, relids: Option<&[u32]>) -> Vec<TagUse> {
         }
         .raise()
     });
-    // SAFETY: a plain read of a setting of this backend: pg_get_expr
-    // doubled backslashes in literals while it is off.
-    let backslashes_doubled = unsafe { !pg_sys::standard_conforming_strings };
     rows.into_iter()
-        .flat_map(|(user, expression)| {
-            constant_tags(&expression, backslashes_doubled)
+        .flat_map(|(user, tree, function)| {
+            constant_tags(&tree, function)
                 .into_iter()
                 .map(move |tag| TagUse {
                     user: user.clone(),

@@ -9,8 +9,6 @@
 //!   row grants.
 //! * `fence`: whether a central server is still where a shard left it.
 //! * `slot_share`: which slot a new tag gets: the databases' fair share.
-//! * `default_expr`: the constant tags a column default passes to
-//!   `segment_nextval`.
 //!
 //! PostgreSQL glue:
 //! * `registry`: slots and worker entries in shared memory; the locking
@@ -25,6 +23,8 @@
 //! * `ddl`: `segment_create`, `segment_drop`, `segment_attach` (a tag
 //!   whose ranges come from a central server through postgres_fdw).
 //! * `created_here`: tags created by the calling transaction.
+//! * `default_expr`: the constant tags a column default passes to
+//!   `segment_nextval`, read from its stored expression tree.
 //! * `default_check`: the columns whose defaults use a tag (`segment_drop`
 //!   refuses to drop it), and the WARNING for a default naming a tag that
 //!   does not exist.

@@ -6,8 +6,8 @@
 //!
 //! # Locking protocol
 //!
-//! One LWLock, `pg_idgen` (tranche of the same name), guards everything
-//! that is not an atomic taken on the fast path:
+//! One LWLock of the `pg_idgen` tranche (`shmem::Lock::Registry`) guards
+//! everything that is not an atomic taken on the fast path:
 //!
 //! * **exclusive**: assigning or freeing a slot (its identity fields and
 //!   `generation`), publishing to or discarding a slot's chain (the chain
@@ -233,7 +233,7 @@ pub fn shmem_size(max_tags: usize) -> usize {
 ///
 /// # Safety
 /// `base` points at `shmem_size(max_tags)` bytes of shared memory; called
-/// from the shmem startup hook while holding `AddinShmemInitLock`.
+/// from the shmem startup hook while holding its layout lock (`shmem.rs`).
 pub unsafe fn attach(base: *mut u8, found: bool, max_tags: usize, lock: *mut pg_sys::LWLock) {
     let header = base as *mut Registry;
     if !found {

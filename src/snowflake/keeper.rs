@@ -42,6 +42,8 @@ use crate::citus::{self, Node};
 use crate::errors::IdgenError;
 use crate::gucs;
 use pgrx::bgworkers::{BackgroundWorkerBuilder, BgWorkerStartTime};
+use pgrx::pg_sys::panic::CaughtError;
+use pgrx::pg_sys::PgTryBuilder;
 use pgrx::prelude::*;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -772,7 +774,7 @@ impl Keeper {
     /// Writes the state file durably; a failure is counted for the callers
     /// and logged once.
     fn write_state_file(&mut self, mark: &HighWater) -> bool {
-        match state_file::write_durably(self.data_dir, &state_file::render(mark)) {
+        match write_durably(self.data_dir, &state_file::render(mark)) {
             Ok(()) => {
                 self.state.keeper_wrote(0);
                 self.file_failing = false;
@@ -792,6 +794,35 @@ impl Keeper {
             }
         }
     }
+}
+
+/// Writes `content` as the state file in `dir` durably: a temporary file,
+/// then PostgreSQL's `durable_rename`, which fsyncs it, renames it over
+/// the old file and fsyncs the new name and the directory. The file is
+/// always whole: the old content or the new. A failure is returned, never
+/// raised: the keeper retries at its next pass.
+pub(crate) fn write_durably(dir: &Path, content: &str) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let tmp = dir.join(state_file::STATE_FILE_TMP);
+    std::fs::write(&tmp, content)?;
+    let c_path = |path: &Path| {
+        std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(std::io::Error::other)
+    };
+    let (from, to) = (c_path(&tmp)?, c_path(&dir.join(state_file::STATE_FILE))?);
+    PgTryBuilder::new(|| {
+        // SAFETY: two NUL-terminated paths in one directory. At elevel
+        // ERROR durable_rename raises instead of returning -1 (its errno
+        // is not kept either way, so the caught message says why); it
+        // closes every file it opened before it raises, and holds no lock,
+        // so the ERROR is caught below without a subtransaction.
+        unsafe { pg_sys::durable_rename(from.as_ptr(), to.as_ptr(), pg_sys::PGERROR as i32) };
+        Ok(())
+    })
+    .catch_others(|caught| match caught {
+        CaughtError::PostgresError(report) => Err(std::io::Error::other(report.message())),
+        _ => caught.rethrow(),
+    })
+    .execute()
 }
 
 /// The time (Unix seconds) of the last checkpoint (on a standby: of the

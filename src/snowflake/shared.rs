@@ -277,7 +277,7 @@ fn check_settings_change(
 ///
 /// # Safety
 /// `base` points at `shmem_size()` bytes of fresh shared memory (when
-/// `found` is false); the caller holds AddinShmemInitLock.
+/// `found` is false); the caller holds the layout lock (`shmem.rs`).
 pub unsafe fn attach(base: *mut u8, found: bool) {
     let Some(config) = config() else {
         return;

@@ -1,8 +1,9 @@
 //! The format of `pg_idgen_snowflake.state`, the file that carries the
 //! snowflake high-water marks across restarts, what a start makes of it,
-//! and reading and writing it durably. No PostgreSQL here: text in, text
-//! out, and `std::fs` for the file in a directory the caller names (the
-//! data directory: a server process's working directory).
+//! and reading it. No PostgreSQL here: text in, text out, and `std::fs`
+//! for the file in a directory the caller names (the data directory: a
+//! server process's working directory). The keeper writes it
+//! (`keeper::write_durably`, with PostgreSQL's `durable_rename`).
 //!
 //! # What the file promises
 //!
@@ -32,13 +33,12 @@
 //! without the mark could repeat IDs.
 
 use super::layout::{Layout, UnixMs};
-use std::io::Write;
 use std::path::Path;
 
 /// The file's name, in the data directory.
 pub const STATE_FILE: &str = "pg_idgen_snowflake.state";
 /// Where a new content is written before it is renamed over the old one.
-const STATE_FILE_TMP: &str = "pg_idgen_snowflake.state.tmp";
+pub const STATE_FILE_TMP: &str = "pg_idgen_snowflake.state.tmp";
 
 const MAGIC: &str = "pg_idgen snowflake state 2";
 
@@ -71,19 +71,6 @@ pub fn read(dir: &Path) -> Result<Option<Saved>, ReadError> {
     parse(&text)
         .map(Some)
         .map_err(|problem| ReadError { problem, io: false })
-}
-
-/// Writes `content` as the file in `dir` durably: a temporary file,
-/// fsync, rename over the old one, fsync of the directory. The file is
-/// always whole: the old content or the new.
-pub fn write_durably(dir: &Path, content: &str) -> std::io::Result<()> {
-    let tmp = dir.join(STATE_FILE_TMP);
-    let mut file = std::fs::File::create(&tmp)?;
-    file.write_all(content.as_bytes())?;
-    file.sync_all()?;
-    drop(file);
-    std::fs::rename(&tmp, dir.join(STATE_FILE))?;
-    std::fs::File::open(dir)?.sync_all()
 }
 
 /// Whether the file is missing from `dir` (removed under a running
@@ -485,15 +472,16 @@ mod tests {
         );
     }
 
+    /// (The keeper's durable write of it is tested in `pg_test/tests.rs`:
+    /// it needs a server.)
     #[test]
-    fn a_file_written_durably_reads_back_and_a_missing_one_is_a_first_start() {
+    fn a_file_written_reads_back_and_a_missing_one_is_a_first_start() {
         let dir = temp_dir("round-trip");
         assert_eq!(read(&dir), Ok(None));
         assert!(is_missing(&dir));
-        write_durably(&dir, &render(&sample())).unwrap();
+        std::fs::write(dir.join(STATE_FILE), render(&sample())).unwrap();
         assert_eq!(read(&dir), Ok(Some(Saved::HighWater(sample()))));
         assert!(!is_missing(&dir));
-        assert!(!dir.join(STATE_FILE_TMP).exists());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
