@@ -18,6 +18,10 @@ PACKAGES=(postgresql-15 postgresql-server-dev-15 postgresql-contrib libclang-dev
 
 step() { printf '\n== %s\n' "$*"; }
 
+# Node.js and npm for examples/node (test_orms.py runs ids.mjs with node):
+# Debian's (Node 18) when the machine has none.
+command -v npm >/dev/null || PACKAGES+=(nodejs npm)
+
 missing=()
 for pkg in "${PACKAGES[@]}"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
@@ -106,6 +110,16 @@ if ! .venv/bin/python -c "$pins_met" tests/integration/requirements.txt docs/req
     python3 -m venv .venv
     .venv/bin/pip install -q --disable-pip-version-check \
         -r tests/integration/requirements.txt -r docs/requirements.txt
+fi
+
+# node-postgres for examples/node (test_orms.py), pinned by its committed
+# package-lock.json: npm ci into examples/node/node_modules, again only
+# when the lock file has changed since.
+node_lock_sum=$(sha256sum examples/node/package-lock.json | cut -d' ' -f1)
+if [[ "$(cat examples/node/node_modules/.installed-from-lock 2>/dev/null)" != "$node_lock_sum" ]]; then
+    step "installing node-postgres for examples/node (npm ci)"
+    (cd examples/node && npm ci --no-audit --no-fund --loglevel=error)
+    echo "$node_lock_sum" > examples/node/node_modules/.installed-from-lock
 fi
 
 # tests/test.sh installs a build per version itself.

@@ -72,13 +72,14 @@ def user_facing_files():
     """What users read: the README, the docs site, the SQL scripts (their
     comments become the catalog's), the examples, and the Rust sources
     (their error messages, hints and comments on SQL objects), and the tests,
-    whose names and messages a user reads when one fails."""
+    whose names and messages a user reads when one fails. Not the
+    packages npm installs under examples/node/node_modules: not ours."""
     patterns = ["README.md", "CHANGELOG.md", "docs/**/*.md", "sql/*.sql", "examples/**/*",
                 "src/**/*.rs", "pg_test/**/*.rs", "tests/**/*.py", "tests/**/*.sh", "tests/regress/**/*.sql",
                 "tests/bench/ceiling/src/*.rs"]
     for pattern in patterns:
         for path in glob.glob(os.path.join(REPO, pattern), recursive=True):
-            if os.path.isfile(path):
+            if os.path.isfile(path) and "node_modules" not in path.split(os.sep):
                 yield os.path.relpath(path, REPO)
 
 
