@@ -180,7 +180,9 @@ pub fn tag_uses(table_oid: u32, relids: Option<&[u32]>) -> Vec<TagUse> {
 
 /// The error for a tag with no row: when a column default draws from it
 /// (a `segment_drop(..., force => true)`), its hint creates the tag above
-/// that column's IDs — `segment_create(tag)` alone would start at 1.
+/// that column's IDs — `segment_create(tag)` alone would start at 1. The
+/// report's LOCATION is the caller's line.
+#[track_caller]
 pub fn raise_unknown_tag(table_oid: u32, tag: &[u8]) -> ! {
     let tag = String::from_utf8_lossy(tag).into_owned();
     let column = tag_uses(table_oid, None)

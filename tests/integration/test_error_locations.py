@@ -3,6 +3,7 @@ source file and line a client sees with VERBOSITY verbose, and the log with
 log_error_verbosity = verbose), not the one place that builds reports."""
 
 import os
+import re
 
 import psycopg
 import pytest
@@ -35,7 +36,9 @@ def test_an_error_names_the_line_that_raised_it(cluster, db, statement, sqlstate
         lines = f.read().splitlines()
     line = int(diag.source_line)
     # The reported line is the call that raises (or the function that does,
-    # for required()), within the few lines a struct literal spans.
+    # for required()), within the few lines a struct literal spans; a
+    # raise_*() function is #[track_caller] and names its caller's line.
     near = "\n".join(lines[max(0, line - 1):line + 3])
-    assert ".raise()" in near or "required(" in near or "check_tag(" in near, (
+    raises = re.search(r"\.raise\(\)|required\(|check_tag\(|\braise_\w+\(", near)
+    assert raises, (
         f"{source_file}:{line} does not raise:\n{near}")

@@ -318,7 +318,9 @@ def test_a_hot_standby_refuses_to_hand_out_ids(make_cluster):
     assert standby.sql("SELECT pg_is_in_recovery()") == [(True,)]
     with pytest.raises(errors.ReadOnlySqlTransaction) as caught:
         standby.sql("SELECT segment_nextval('orders')")
-    assert "cannot execute segment_nextval() in a read-only transaction" in str(caught.value)
+    assert "cannot execute segment_nextval() during recovery" in str(caught.value)
+    assert caught.value.diag.message_hint == (
+        "IDs can only be handed out on the primary server; connect to it instead.")
     # A standby shares the primary's machine id: it must not hand out
     # snowflake IDs either.
     with pytest.raises(errors.ReadOnlySqlTransaction) as caught:
