@@ -19,6 +19,7 @@ mod base62_sql;
 mod bgworker;
 mod catalog;
 mod citus;
+mod drop_hook;
 pub mod errors;
 mod failpoints;
 pub mod gucs;
@@ -60,8 +61,7 @@ pub extern "C-unwind" fn _PG_init() {
     shmem::install_hooks();
     citus::install_guard();
     hints::install_hook();
-    segment::lifecycle::install_hook();
-    snowflake::guard::install_drop_warning();
+    drop_hook::install();
     // pg_upgrade starts the servers in binary-upgrade mode to move the
     // catalogs: no ID is issued then, and a keeper connected to a database
     // would stand in the way of pg_upgrade dropping and creating it.
