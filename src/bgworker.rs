@@ -2,8 +2,9 @@
 //! signal handlers, the connection to its database with the search path
 //! pinned), re-reading the configuration on SIGHUP, waiting on its latch,
 //! and running a piece of work in a transaction of its own under a
-//! timeout the caller names, turning any ERROR into a `StoredError` for
-//! the worker to log, store or retry. The refill worker, the snowflake
+//! timeout the caller names (or in a subtransaction of the caller's),
+//! turning any ERROR into a `StoredError` for the worker to log, store or
+//! retry. The refill worker, the snowflake
 //! keeper and the lease keeper each pass their own setting; nothing here
 //! reads one.
 //!
@@ -311,6 +312,49 @@ pub fn in_transaction<R>(timeout_ms: i32, body: impl FnOnce() -> R) -> Result<R,
             pg_sys::AbortCurrentTransaction();
         }
         arm_cut(None);
+        Err(stored_from(caught))
+    })
+    .execute()
+}
+
+/// Runs `body` in an internal subtransaction of the current transaction,
+/// as a PL/pgSQL exception block does: an ERROR in it rolls back only
+/// what it did and comes back as the error's report; the transaction goes
+/// on. The memory context and resource owner are the caller's again on
+/// both paths.
+pub fn in_subtransaction<R>(body: impl FnOnce() -> R) -> Result<R, StoredError> {
+    // SAFETY: inside a transaction (an internal subtransaction may also
+    // start in TBLOCK_END, for deferred work at commit); every begin is
+    // matched by the release or the rollback below, and the caller's
+    // memory context and resource owner are put back on both paths, as
+    // PL/pgSQL does around an exception block.
+    let (context, owner) = unsafe {
+        let saved = (pg_sys::CurrentMemoryContext, pg_sys::CurrentResourceOwner);
+        pg_sys::BeginInternalSubTransaction(std::ptr::null());
+        pg_sys::MemoryContextSwitchTo(saved.0);
+        saved
+    };
+    // The body runs once; if it fails, nothing of it is used again.
+    let body = std::panic::AssertUnwindSafe(body);
+    PgTryBuilder::new(move || {
+        let body = body;
+        let result = (body.0)();
+        // SAFETY: ends the subtransaction begun above.
+        unsafe {
+            pg_sys::ReleaseCurrentSubTransaction();
+            pg_sys::MemoryContextSwitchTo(context);
+            pg_sys::CurrentResourceOwner = owner;
+        }
+        Ok(result)
+    })
+    .catch_others(move |caught| {
+        // SAFETY: rolls back the subtransaction begun above.
+        unsafe {
+            pg_sys::MemoryContextSwitchTo(context);
+            pg_sys::RollbackAndReleaseCurrentSubTransaction();
+            pg_sys::MemoryContextSwitchTo(context);
+            pg_sys::CurrentResourceOwner = owner;
+        }
         Err(stored_from(caught))
     })
     .execute()

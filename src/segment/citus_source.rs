@@ -23,8 +23,12 @@
 //!    version-CAS on its `id_segment` (`distributor::take_range`, the same
 //!    code as a local refill) with `synchronous_commit = on` and the row
 //!    lock wait of a local refill, and answers the range — or the problem,
-//!    by SQLSTATE (PostgreSQL's packed code), message and hint. The command's transaction commits on
-//!    the coordinator (flushed) before the answer reaches the worker.
+//!    by SQLSTATE (PostgreSQL's packed code), message and hint; a row
+//!    locked past that wait (the coordinator's own refill in flight) is
+//!    such a problem, 55P03, which the worker's waiting callers wait
+//!    through while the worker retries, as they do for a local refill.
+//!    The command's transaction commits on the coordinator (flushed)
+//!    before the answer reaches the worker.
 //! 3. The worker raises the coordinator's `max_id` it took IDs below into
 //!    `id_segment_citus.max_id_seen` in the transaction that publishes the
 //!    range; the next refill sends it as the floor: a coordinator row below

@@ -26,7 +26,6 @@ use super::default_expr::constant_tags;
 use super::tag::{current_table_oid, remote_table_oid, row_state, RowState};
 use crate::catalog::quote_identifier;
 use crate::errors::IdgenError;
-use pgrx::pg_sys::PgTryBuilder;
 use pgrx::prelude::*;
 use std::cell::{Cell, RefCell};
 
@@ -257,42 +256,11 @@ unsafe extern "C-unwind" fn on_transaction_event(
     }
 }
 
-/// Runs `body` in an internal subtransaction, as a PL/pgSQL exception
-/// block does: an ERROR in it rolls back only what it did and is dropped,
-/// so the commit it runs in never fails because of a check that only
-/// warns.
+/// Runs `body` in an internal subtransaction (`bgworker::in_subtransaction`):
+/// an ERROR in it rolls back only what it did and is dropped, so the
+/// commit it runs in never fails because of a check that only warns.
 fn without_failing(body: impl FnOnce()) {
-    // SAFETY: inside a transaction that is about to commit (an internal
-    // subtransaction may start in TBLOCK_END, for deferred work such as
-    // this); the memory context and resource owner are put back on both
-    // paths, as PL/pgSQL does around an exception block.
-    let (context, owner) = unsafe {
-        let saved = (pg_sys::CurrentMemoryContext, pg_sys::CurrentResourceOwner);
-        pg_sys::BeginInternalSubTransaction(std::ptr::null());
-        pg_sys::MemoryContextSwitchTo(saved.0);
-        saved
-    };
-    let body = std::panic::AssertUnwindSafe(body);
-    PgTryBuilder::new(move || {
-        let body = body;
-        (body.0)();
-        // SAFETY: ends the subtransaction begun above.
-        unsafe {
-            pg_sys::ReleaseCurrentSubTransaction();
-            pg_sys::MemoryContextSwitchTo(context);
-            pg_sys::CurrentResourceOwner = owner;
-        }
-    })
-    .catch_others(|_| {
-        // SAFETY: rolls back the subtransaction begun above.
-        unsafe {
-            pg_sys::MemoryContextSwitchTo(context);
-            pg_sys::RollbackAndReleaseCurrentSubTransaction();
-            pg_sys::MemoryContextSwitchTo(context);
-            pg_sys::CurrentResourceOwner = owner;
-        }
-    })
-    .execute()
+    let _ = crate::bgworker::in_subtransaction(body);
 }
 
 /// Whether `relation` (0: none) can be read without waiting: a table

@@ -1099,8 +1099,10 @@ fn segment_reserve(
 }
 
 /// The coordinator's side of a Citus worker's refill (`citus_source.rs`):
-/// the version-CAS on this node's `id_segment`, answered as one row.
-/// Refused (0A000) on a node that is not the coordinator. Not executable
+/// the version-CAS on this node's `id_segment`, answered as one row — a
+/// problem too, an error of the CAS (a row locked past its short wait:
+/// 55P03, which the worker retries) included, so the command itself
+/// succeeds. Refused (0A000) on a node that is not the coordinator. Not executable
 /// by `PUBLIC`: Citus connects as the worker's `id_segment` owner.
 #[allow(clippy::type_complexity)]
 #[pg_extern(volatile, parallel_unsafe)]
@@ -1127,14 +1129,40 @@ fn segment_citus_range(
     let tag = required(tag, "segment tag");
     let steps = u64::try_from(required(steps, "steps")).unwrap_or(1).max(1);
     let mut central = None;
-    let taken = distributor::take_range(
-        tag,
-        steps,
-        super::registry::WorkerKey::LOCAL,
-        0,
-        floor,
-        &mut central,
-    );
+    // A row locked past the refill's short wait (this coordinator's own
+    // refill worker, another worker's refill) is answered as 55P03, which
+    // the worker's waiting callers wait through while it retries, like a
+    // local refill's; not as an error of the whole command.
+    let taken = crate::bgworker::in_subtransaction(|| {
+        distributor::take_range(
+            tag,
+            steps,
+            super::registry::WorkerKey::LOCAL,
+            0,
+            floor,
+            &mut central,
+        )
+    });
+    let taken = match taken {
+        Ok(taken) => taken,
+        Err(caught) => {
+            let locked = caught.sqlstate == PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE as i32;
+            let e = match locked {
+                true => IdgenError::RefillRowLocked { central: None }.stored(),
+                false => caught,
+            };
+            return TableIterator::once((
+                None,
+                None,
+                None,
+                None,
+                None,
+                Some(e.sqlstate),
+                Some(e.message),
+                Some(e.hint),
+            ));
+        }
+    };
     let row = match taken {
         Ok(Ok(g)) => (
             Some(g.first),

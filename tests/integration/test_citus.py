@@ -101,6 +101,39 @@ def test_every_route_on_every_node_draws_from_one_id_space(citus):
                           "AND database = current_database()") == [("citus coordinator",)]
 
 
+def test_a_coordinator_row_locked_for_a_moment_is_waited_through_not_an_error(citus):
+    """The coordinator's row of a tag locked past the refill's short wait
+    (its own refill worker's commit on a busy machine; here a session
+    holding it FOR UPDATE): the worker's refill is refused with 55P03 and
+    retried, and its waiting caller gets its ID once the row is free — as a
+    local refill's caller does — instead of an error of the whole call."""
+    c, worker = citus.coordinator, citus.workers[0]
+    c.sql("SELECT segment_create('held', step => 10)")
+    outcome = {}
+
+    def draw():
+        try:
+            outcome["ids"] = draw_on(worker, 25, tag="held")
+        except psycopg.Error as e:
+            outcome["error"] = e
+
+    with c.connect() as holder:
+        holder.execute("BEGIN")
+        holder.execute("SELECT 1 FROM id_segment WHERE biz_tag = 'held' FOR UPDATE")
+        drawer = threading.Thread(target=draw)
+        drawer.start()
+        try:
+            # The worker's refill met the lock (and is retrying), or the
+            # call already failed.
+            assert wait_for(lambda: "error" in outcome or worker.sql(
+                "SELECT last_error FROM segment_status WHERE tag = 'held' AND last_error LIKE '%lock%'"), timeout=30)
+        finally:
+            holder.execute("COMMIT")
+            drawer.join()
+    assert "error" not in outcome, outcome
+    assert len(set(outcome["ids"])) == 25
+
+
 def test_each_node_issues_snowflake_ids_under_its_citus_group(citus):
     seen = {}
     for node in citus.nodes:
