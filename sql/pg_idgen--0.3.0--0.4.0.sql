@@ -4,6 +4,57 @@
 -- database to 0.2.0, 0.3.0 and then 0.4.0 in place.
 \echo Use "ALTER EXTENSION pg_idgen UPDATE TO '0.4.0'" to load this file. \quit
 
+-- segment_create and the two status functions (with their views) are made
+-- anew below: an object of the database's own built on them (a view over
+-- segment_status, say) would stop the update halfway with a hint that
+-- cannot be followed inside it; this says which, and what to do, first.
+DO $$
+DECLARE
+    remade oid[] := ARRAY['segment_status'::pg_catalog.regclass, 'snowflake_status'::pg_catalog.regclass,
+                          'segment_status()'::pg_catalog.regprocedure, 'snowflake_status()'::pg_catalog.regprocedure,
+                          'segment_create(text, bigint, int)'::pg_catalog.regprocedure]::oid[];
+    dependents text;
+BEGIN
+    SELECT pg_catalog.string_agg(DISTINCT pg_catalog.pg_describe_object(
+               coalesce(r.classid, d.classid), coalesce(r.objid, d.objid), 0), ', ')
+      INTO dependents
+      FROM pg_catalog.pg_depend d
+      LEFT JOIN LATERAL (SELECT 'pg_catalog.pg_class'::pg_catalog.regclass::oid AS classid, w.ev_class AS objid
+                           FROM pg_catalog.pg_rewrite w
+                          WHERE d.classid = 'pg_catalog.pg_rewrite'::pg_catalog.regclass AND w.oid = d.objid) r ON true
+     WHERE d.refobjid = ANY (remade) AND d.deptype = 'n'
+       AND NOT coalesce(r.objid, d.objid) = ANY (remade);
+    IF dependents IS NOT NULL THEN
+        RAISE EXCEPTION 'pg_idgen 0.4.0 makes segment_status, snowflake_status and segment_create anew, and % depends on them', dependents
+            USING ERRCODE = 'dependent_objects_still_exist',
+                  HINT = 'Keep each one''s definition (pg_get_viewdef or pg_get_functiondef), drop it, run ALTER EXTENSION pg_idgen UPDATE again and create it from the definition; the update changed nothing.';
+    END IF;
+END
+$$;
+
+-- segment_create and the two status functions (with their views) change
+-- shape below and are made anew; the grants a DBA gave on them are kept
+-- here and given again at the end of the update, which must not take away
+-- what was granted.
+CREATE TEMPORARY TABLE pg_idgen_update_grants AS
+SELECT kept.object, acl.grantee, acl.privilege_type, acl.is_grantable
+FROM (SELECT 'FUNCTION segment_create(text, bigint, int, boolean)' AS object,
+             p.proowner AS owner, p.proacl AS acl
+        FROM pg_catalog.pg_proc p
+       WHERE p.oid = 'segment_create(text, bigint, int)'::pg_catalog.regprocedure
+      UNION ALL
+      SELECT 'FUNCTION ' || p.proname || '()', p.proowner, p.proacl
+        FROM pg_catalog.pg_proc p
+       WHERE p.oid IN ('snowflake_status()'::pg_catalog.regprocedure,
+                       'segment_status()'::pg_catalog.regprocedure)
+      UNION ALL
+      SELECT 'TABLE ' || c.relname, c.relowner, c.relacl
+        FROM pg_catalog.pg_class c
+       WHERE c.oid IN ('snowflake_status'::pg_catalog.regclass,
+                       'segment_status'::pg_catalog.regclass)) AS kept,
+     pg_catalog.aclexplode(kept.acl) AS acl
+WHERE acl.grantee <> kept.owner;
+
 -- Drawing snowflake IDs needs a grant, as nextval() on a sequence does: a
 -- role nobody gave it can no longer hold the cluster's generator at its
 -- lead (finalize.sql says more). The roles that drew them through PUBLIC
@@ -295,3 +346,17 @@ CREATE FUNCTION segment_rename(old text, new text) RETURNS void
     LANGUAGE c AS 'MODULE_PATHNAME', 'segment_rename_wrapper';
 REVOKE ALL ON FUNCTION segment_rename(text, text) FROM PUBLIC;
 COMMENT ON FUNCTION segment_rename(text, text) IS 'pg_idgen: renames a segment tag, keeping its position, and makes the defaults that draw from it draw from the new name';
+
+-- The grants kept at the top, given again on the objects made anew.
+DO $$
+DECLARE
+    g record;
+BEGIN
+    FOR g IN SELECT * FROM pg_idgen_update_grants LOOP
+        EXECUTE pg_catalog.format('GRANT %s ON %s TO %s%s', g.privilege_type, g.object,
+            CASE g.grantee WHEN 0 THEN 'PUBLIC' ELSE g.grantee::pg_catalog.regrole::pg_catalog.text END,
+            CASE WHEN g.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+    END LOOP;
+END
+$$;
+DROP TABLE pg_idgen_update_grants;

@@ -448,3 +448,48 @@ def test_a_0_3_0_shards_records_are_carried_over_and_still_fence(make_cluster, l
     for tag in drawn:
         drawn[tag] += draw_plain(shard, db, tag, 2000)
         assert_unique(drawn[tag])
+
+
+def test_the_0_4_0_update_keeps_grants_and_refuses_first_when_a_view_needs_what_it_remakes(
+        make_cluster, libraries_0_3_0):
+    """0.4.0 makes segment_create, segment_status and snowflake_status anew
+    (their shapes changed). A DBA's grants on them survive the update; a
+    view of the database's own over segment_status stops it before it
+    changes anything, naming the view, and the hint's steps work."""
+    libraries_0_3_0.use_old()
+    c = make_cluster()
+    c.start()
+    libraries_0_3_0.use_new()
+    db = c.new_database(extension=False)
+    for statement in [
+        "CREATE EXTENSION pg_idgen VERSION '0.3.0'",
+        "CREATE ROLE tag_admin", "CREATE ROLE dashboard",
+        "GRANT EXECUTE ON FUNCTION segment_create(text, bigint, int) TO tag_admin WITH GRANT OPTION",
+        "GRANT SELECT ON segment_status TO dashboard",
+        "GRANT EXECUTE ON FUNCTION snowflake_status() TO dashboard",
+        "CREATE VIEW tags_low AS SELECT tag, remaining_in_range FROM segment_status",
+    ]:
+        c.sql(statement, dbname=db)
+    c.restart()  # the current library, which the 0.4.0 functions need
+    assert running_library(c, db) == "current"
+    with pytest.raises(psycopg.errors.DependentObjectsStillExist) as refused:
+        c.sql("ALTER EXTENSION pg_idgen UPDATE", dbname=db)
+    assert "view tags_low depends on them" in str(refused.value), refused.value
+    assert "drop it, run ALTER EXTENSION pg_idgen UPDATE again" in refused.value.diag.message_hint
+    assert extversion(c, db) == [("0.3.0",)]
+    (definition,), = c.sql("SELECT pg_get_viewdef('tags_low')", dbname=db)
+    c.sql("DROP VIEW tags_low", dbname=db)
+    c.sql("ALTER EXTENSION pg_idgen UPDATE", dbname=db)
+    assert extversion(c, db) == [(CURRENT,)]
+    c.sql(f"CREATE VIEW tags_low AS {definition}", dbname=db)
+    assert c.sql(
+        "SELECT has_function_privilege('tag_admin', 'segment_create(text, bigint, int, boolean)', "
+        "'EXECUTE WITH GRANT OPTION'), "
+        "has_table_privilege('dashboard', 'segment_status', 'SELECT'), "
+        "has_function_privilege('dashboard', 'snowflake_status()', 'EXECUTE'), "
+        "has_table_privilege('dashboard', 'snowflake_status', 'SELECT'), "
+        "has_function_privilege('dashboard', 'segment_create(text, bigint, int, boolean)', 'EXECUTE')",
+        dbname=db) == [(True, True, True, False, False)]
+    # The update leaves nothing of its own behind.
+    assert c.sql("SELECT count(*) FROM pg_class WHERE relname = 'pg_idgen_update_grants'",
+                 dbname=db) == [(0,)]
