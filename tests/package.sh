@@ -6,9 +6,10 @@
 #                              (lib/pg_idgen.so, share/extension/...), to be
 #                              unpacked with `tar -xzf FILE -C <tree>`.
 # Each is a release build from `cargo pgrx package`, without the test-only
-# `failpoints` feature.
+# `failpoints` feature (with --debug, a debug build: the test command
+# packages one, as it tests the packaging, not the code generation).
 #
-# Usage: bash tests/package.sh [--pg 15|16|17|18|all] [--test]
+# Usage: bash tests/package.sh [--pg 15|16|17|18|all] [--debug] [--test]
 #   --pg     which PostgreSQL major version(s) to package (default: all;
 #            a version whose pg_config is missing is skipped with a message,
 #            unless it was asked for by number).
@@ -32,11 +33,14 @@ BUILD=target/package-build
 
 which=all
 run_test=0
+profile=()
+kind=release
 while (($#)); do
     case $1 in
         --pg) which=${2:?--pg needs 15, 16, 17, 18 or all}; shift 2 ;;
         --pg=*) which=${1#--pg=}; shift ;;
         --test) run_test=1; shift ;;
+        --debug) profile=(--debug); kind=debug; shift ;;
         -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
         *) echo "package.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
@@ -77,9 +81,9 @@ how_to_get() {
 build_stage() {
     local major=$1 pgc=$2 stage=$BUILD/pg$1
     rm -rf "$stage"
-    step "cargo pgrx package for PostgreSQL $major (release, no failpoints)"
+    step "cargo pgrx package for PostgreSQL $major ($kind, no failpoints)"
     local log=$BUILD/pg$major.log
-    if ! cargo pgrx package --pg-config "$pgc" --no-default-features --features "pg$major" \
+    if ! cargo pgrx package ${profile[@]+"${profile[@]}"} --pg-config "$pgc" --no-default-features --features "pg$major" \
         --out-dir "$stage" >"$log" 2>&1; then
         grep -vE '^\s+(Compiling|Checking|Downloaded|Downloading) ' "$log" | tail -40 >&2
         die "cargo pgrx package failed for PostgreSQL $major (whole log: $log)"

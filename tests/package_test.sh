@@ -14,10 +14,9 @@
 #      both generators hand out IDs; the SQL regression files pass
 #      (tests/regress/run.sh, on a cluster of its own);
 #   apt-get remove postgresql-15-pg-idgen -> every file it installed is gone.
-#   Afterwards (also on failure) it reinstalls the development build the
-#   test suite expects (`cargo pgrx install --release --features
-#   failpoints`), built before the lock is taken, so PostgreSQL 15 is left
-#   as it was found.
+#   Afterwards (also on failure) it puts back the pg_idgen files that were
+#   installed before (the test suite's build, say), copied aside before the
+#   install, so PostgreSQL 15 is left as it was found.
 #   Debian's PostgreSQL 15 may be shared with other work on the machine: all
 #   that installs into it or runs a server on it happens while holding
 #   flock ${PG_IDGEN_PG15_LOCK:-/tmp/pg_idgen-pg15.lock} (not taken again
@@ -104,7 +103,7 @@ test_tarball() {
              "share/extension/pg_idgen--0.1.0--0.2.0.sql" "share/extension/pg_idgen--0.2.0--0.3.0.sql"; do
         check "$f is in it" test -f "$tree/$f"
     done
-    check "the library is a release build (no failpoints)" \
+    check "the library is a build without failpoints" \
         bash -c '! grep -aq pg_idgen_failpoints "$1"' _ "$tree/lib/pg_idgen.so"
 
     step "a fresh PostgreSQL $major cluster: CREATE EXTENSION, \\dx, both generators"
@@ -124,17 +123,6 @@ test_deb() {
     export PG_BIN=/usr/lib/postgresql/15/bin
     source tests/lib/cluster.sh
 
-    # Build the development build now, outside the lock, so that
-    # reinstalling it under the lock is only a copy (the same cargo
-    # invocation as the install's).
-    step "building the development build (failpoints) to reinstall afterwards"
-    local devlog=target/package-build/dev-pg15.log
-    mkdir -p target/package-build
-    cargo pgrx package --features failpoints --pg-config "$PG15_CONFIG" \
-        --out-dir target/package-build/dev-pg15 >"$devlog" 2>&1 \
-        || { tail -30 "$devlog"; die "the development build failed ($devlog)"; }
-    grep -E '^\s+Finished' "$devlog" || true
-
     local lock=${PG_IDGEN_PG15_LOCK:-/tmp/pg_idgen-pg15.lock}
     if [[ -n ${PG_IDGEN_PG15_LOCK_HELD:-} ]] || held_by_ancestor "$lock"; then
         echo "$lock is held by the caller"
@@ -147,13 +135,18 @@ test_deb() {
     fi
 
     dir=""
-    reinstalled=0
+    restored=0
+    libdir=$("$PG15_CONFIG" --pkglibdir)
+    extdir=$("$PG15_CONFIG" --sharedir)/extension
+    # What was installed before (not the package's), to be put back.
+    found=$(mktemp -d /tmp/pg_idgen-pkgfound.XXXXXX)
+    mkdir "$found/lib" "$found/extension"
+    cp -a "$libdir"/pg_idgen* "$found/lib/" 2>/dev/null || true
+    cp -a "$extdir"/pg_idgen* "$found/extension/" 2>/dev/null || true
     trap deb_cleanup EXIT
     trap 'exit 130' INT TERM   # so that an interrupted run cleans up too
 
-    local libdir extdir files=() f
-    libdir=$("$PG15_CONFIG" --pkglibdir)
-    extdir=$("$PG15_CONFIG" --sharedir)/extension
+    local files=() f
 
     if installed; then
         step "$PKG is already installed (an earlier run stopped half-way?): removing it first"
@@ -170,7 +163,7 @@ test_deb() {
         check "$f is installed and owned by $PKG" \
             bash -c '[[ -f $1 ]] && dpkg -S "$1" 2>/dev/null | grep -q "^$2:"' _ "$f" "$PKG"
     done
-    check "the installed library is the release build (no failpoints)" \
+    check "the installed library is a build without failpoints" \
         bash -c '! grep -aq pg_idgen_failpoints "$1"' _ "$libdir/pg_idgen.so"
     check "dpkg --verify finds the files as packaged" bash -c '[[ -z $(dpkg --verify "$1") ]]' _ "$PKG"
 
@@ -196,10 +189,15 @@ test_deb() {
     stray=$(ls "$libdir"/pg_idgen* "$extdir"/pg_idgen* 2>/dev/null | tr '\n' ' ' || true)
     [[ -z $stray ]] || echo "  (left as found, not the package's: $stray)"
 
-    reinstall_dev
-    check "the development build is back (failpoints)" \
-        bash -c 'grep -aq pg_idgen_failpoints "$1"' _ "$libdir/pg_idgen.so"
-    check "its control file says $version" grep -q "default_version = '$version'" "$extdir/pg_idgen.control"
+    put_back
+    local back=1
+    for f in "$found"/lib/* "$found"/extension/*; do
+        [[ -e $f ]] || continue
+        case $f in */lib/*) cmp -s "$f" "$libdir/${f##*/}" || back=0 ;;
+                    *) cmp -s "$f" "$extdir/${f##*/}" || back=0 ;; esac
+    done
+    check "the files installed before are back as they were" test "$back" = 1
+    rm -rf "$found"
     summary
 }
 
@@ -220,19 +218,19 @@ held_by_ancestor() {
     return 1
 }
 
-reinstall_dev() {
-    ((reinstalled)) && return 0
-    reinstalled=1
-    step "reinstalling the development build (cargo pgrx install --release --features failpoints)"
+put_back() {
+    ((restored)) && return 0
+    restored=1
+    step "putting back the pg_idgen files installed before"
     if installed; then apt remove "$PKG" >/dev/null 2>&1 || true; fi
-    cargo pgrx install --release --features failpoints --pg-config "$PG15_CONFIG" 2>&1 \
-        | grep -E 'Installing|Finished|error' || true
+    cp -a "$found"/lib/. "$libdir/"
+    cp -a "$found"/extension/. "$extdir/"
 }
 
 deb_cleanup() {
     local rc=$?
     if [[ -n $dir ]]; then cluster_stop "$dir" immediate; rm -rf "$dir"; fi
-    reinstall_dev
+    put_back
     exit $rc
 }
 

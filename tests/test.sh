@@ -1,17 +1,25 @@
 #!/usr/bin/env bash
 # The whole test suite, on every supported PostgreSQL: formatting and lints,
-# then per version the plain #[test]s and #[pg_test]s (cargo pgrx test),
-# the SQL regression files (pg_regress) and the integration tests (pytest,
-# each on throwaway clusters, three files at a time). PostgreSQL 15 runs
-# everything; 16, 17 and 18
-# run the core integration tests (15 adds a switchover and a failover under
-# Patroni): concurrency, crash and restart, the
-# calling-context matrix, blocks, a central server's ranges and leases, a
-# failover to a standby, and pg_upgrade from the version tested before (the
-# updates from 0.1.0 and 0.2.0, releases built for each version anew, run
-# on 15).
-# Last, the PostgreSQL 15 package is built, installed, used and removed. Exits non-zero on any failure.
+# the docs site, then per version the SQL regression files (pg_regress) and
+# the integration tests (pytest, on throwaway clusters, several at a time).
+# PostgreSQL 15 runs everything, and `cargo pgrx test` (the plain #[test]s
+# and the #[pg_test]s), and a switchover and a failover under Patroni
+# (Debian's patroni runs Debian's 15); 16, 17 and 18 run the core
+# integration tests (CORE_TESTS: concurrency, crash and restart, the
+# calling-context matrix, DDL lifecycle, blocks, a central server and
+# leases, the lease keeper's attackers, a failover to a standby, and
+# pg_upgrade from the version tested just before), and 17 Citus and
+# two-way logical replication too. Last, the PostgreSQL 15 .deb is
+# installed, used and removed. Exits non-zero on any failure.
 # `.ci/run` calls exactly this.
+#
+# Where the time goes (docs/testing.md keeps a run's figures): builds, and
+# the integration tests' servers, on two cores. Every build here is cargo's
+# dev profile without debug information (CARGO_PROFILE_DEV_DEBUG=0 below),
+# so cargo pgrx test, the builds the tests install, the old releases
+# test_upgrade.py builds and the package share one set of compiled
+# dependencies per version; the release profile is built by
+# `bash tests/package.sh` and the benchmark.
 #
 #   bash tests/test.sh                 # 15, 16, 17 and 18
 #   bash tests/test.sh --pg 17         # one version (repeat --pg for more)
@@ -19,6 +27,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
+export CARGO_PROFILE_DEV_DEBUG=0
 
 versions=()
 pytest_args=()
@@ -60,10 +69,11 @@ CORE_TESTS=(
     tests/integration/test_pg_upgrade.py
 )
 
-# The test files run in parallel, a file's tests in one worker (they share
-# its module clusters): most of their time is spent waiting on servers, so
-# three workers on two cores take about half as long. The torture tests run
-# alone after them (they load the machine on purpose, and print their tally
+# The tests run three at a time (a module's tests that share its module
+# clusters in one worker: conftest.py marks them; every other test goes to
+# whichever worker is free): a test waits on its servers part of the time,
+# so three workers keep two cores busy. The torture tests run alone after
+# them (they load the machine on purpose, and print their tally
 # from the controlling process), and on 15 test_upgrade.py too: it renames
 # old releases' libraries over the installed one, which a server started
 # by another worker meanwhile would load.
@@ -71,7 +81,7 @@ CORE_TESTS=(
 # in tests/torture.sh.
 CITUS_TESTED_ON=17
 
-PARALLEL=(-n 3 --dist loadfile)
+PARALLEL=(-n 3 --dist loadgroup)
 ALONE_15=(tests/integration/test_upgrade.py tests/integration/test_torture.py)
 ALONE_CORE=(tests/integration/test_torture.py::test_crash_loop_never_repeats_an_id)
 
@@ -116,19 +126,22 @@ for major in "${versions[@]}"; do
     features=(--no-default-features --features "pg$major")
     echo; echo "======== PostgreSQL $major ($("$pg_config" --version))"
 
-    echo; echo "== cargo pgrx test pg$major (plain #[test]s and #[pg_test]s)"
-    cargo pgrx test "pg$major" "${features[@]}" --runas postgres --pgdata "$work/pgrx-data-$major"
-    lap "$major: cargo pgrx test (build and run)"
+    if [[ $major == "$PG_DEBIAN_MAJOR" ]]; then
+        # The plain #[test]s do not depend on the version, and the
+        # #[pg_test]s' glue is what every version's regression files and
+        # integration tests run: once, on 15 (on every version in
+        # tests/torture.sh).
+        echo; echo "== cargo pgrx test pg$major (plain #[test]s and #[pg_test]s)"
+        cargo pgrx test "pg$major" "${features[@]}" --runas postgres --pgdata "$work/pgrx-data-$major"
+        lap "$major: cargo pgrx test (build and run)"
+    fi
 
-    # cargo pgrx test installed its debug build with the test schema; put a
-    # build with the test-only failpoints in place for the rest: release
-    # code without fat LTO (the profile `suite`). The shipped release
-    # profile is built once, by the package step at the end, and tested
-    # there.
-    echo; echo "== installing pg_idgen (profile suite, failpoints) into PostgreSQL $major"
-    cargo pgrx install --profile suite --no-default-features --features "pg$major failpoints" \
+    # Over cargo pgrx test's build (with the test schema): a build with the
+    # test-only failpoints, for the rest.
+    echo; echo "== installing pg_idgen (failpoints) into PostgreSQL $major"
+    cargo pgrx install --no-default-features --features "pg$major failpoints" \
         --pg-config "$pg_config" 2>&1 | grep -E 'Finished|error' || true
-    lap "$major: build and install (profile suite)"
+    lap "$major: build and install"
 
     export PG_BIN
     PG_BIN=$(pg_bin_for "$major")
@@ -164,7 +177,7 @@ for major in "${versions[@]}"; do
         run_pytest "${PARALLEL[@]}" "${CORE_TESTS[@]}" "${citus[@]}" "${pytest_args[@]}"
         alone=("${ALONE_CORE[@]}")
     fi
-    lap "$major: integration tests, three files at a time"
+    lap "$major: integration tests, three at a time"
     echo; echo "== integration tests run alone"
     run_pytest "${alone[@]}" "${pytest_args[@]}"
     lap "$major: integration tests run alone"
@@ -172,7 +185,9 @@ for major in "${versions[@]}"; do
 done
 
 if [[ " ${versions[*]} " == *" $PG_DEBIAN_MAJOR "* ]]; then
-    echo; echo "== packages: the PostgreSQL 15 .deb built, installed, used and removed"
-    PG_BIN=$(pg_bin_for "$PG_DEBIAN_MAJOR") bash tests/package.sh --pg "$PG_DEBIAN_MAJOR" --test
-    lap "packages: the release build, the .deb installed, used, removed"
+    # The packaging is under test here, not the code generation: a debug
+    # build, from the dependencies compiled above.
+    echo; echo "== packages: the PostgreSQL 15 .deb (a debug build) built, installed, used and removed"
+    PG_BIN=$(pg_bin_for "$PG_DEBIAN_MAJOR") bash tests/package.sh --pg "$PG_DEBIAN_MAJOR" --debug --test
+    lap "packages: the .deb built, installed, used, removed"
 fi

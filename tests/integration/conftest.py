@@ -10,10 +10,16 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 from cluster import Cluster  # noqa: E402
 
+# The integration tests' servers crash as processes do (an immediate stop,
+# a kill), never as a machine does: what a server wrote stays in the
+# kernel's cache either way, so fsync only costs their time (the benchmark
+# keeps cluster.conf's fsync = on). A test's own lines come after this one.
+TEST_CONF = ("fsync = off",)
+
 @pytest.fixture(scope="session")
 def cluster():
     """One shared cluster; tests isolate themselves in their own database."""
-    c = Cluster()
+    c = Cluster(conf=TEST_CONF)
     c.start()
     # pg_idgen.snowflake_database: where the snowflake mark is WAL-logged.
     c.sql("CREATE EXTENSION pg_idgen")
@@ -30,8 +36,8 @@ def db(cluster):
 def _cluster_maker():
     made = []
 
-    def make(**kwargs):
-        c = Cluster(**kwargs)
+    def make(conf=(), **kwargs):
+        c = Cluster(conf=(*TEST_CONF, *conf), **kwargs)
         made.append(c)
         return c
 
@@ -60,6 +66,29 @@ def lc(make_module_cluster):
     c = make_module_cluster()
     c.start()
     return c
+
+
+# ---------------------------------------------------------------------------
+# Spreading the tests over pytest-xdist's workers (tests/test.sh runs them
+# with --dist loadgroup): the tests of a module that take a module-scoped
+# fixture (the module's clusters) stay together in one worker, in file
+# order; every other test goes to whichever worker is free, so a long
+# module of tests with clusters of their own is no longer one worker's
+# critical path.
+
+_SHARED_SCOPES = ("module", "class", "package")
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the marks
+def pytest_collection_modifyitems(config, items):
+    def shares(item):
+        info = getattr(item, "_fixtureinfo", None)
+        return info is not None and any(
+            d.scope in _SHARED_SCOPES for defs in info.name2fixturedefs.values() for d in defs)
+
+    for item in items:
+        if shares(item):
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
 
 
 # ---------------------------------------------------------------------------
