@@ -310,24 +310,31 @@ def table_name(label):
     return "t_" + re.sub(r"[^a-z0-9]+", "_", label.lower()).strip("_")
 
 
-def pgbench(cluster, script, clients, seconds, workdir, tag, dbname="bench"):
+def pgbench(cluster, script, clients, seconds, workdir, tag, dbname="bench", during=None):
     """Runs pgbench with one thread per client against the database of the
     cluster (on its Unix socket, at its port); returns (tps, [latencies in
     µs]). pgbench reads the clock lazily, so on an oversubscribed machine a
     call finished while its client thread was descheduled reads as 0 µs:
-    the median is a floor, the upper percentiles (waits, stalls) are real."""
+    the median is a floor, the upper percentiles (waits, stalls) are real.
+    during: called with the pgbench process (a subprocess.Popen) while it
+    runs, to watch the server meanwhile; it returns once the process ended
+    (tests/bench/scaling.py reads a tag's block size so)."""
     script_path = os.path.join(workdir, f"{tag}.sql")
     with open(script_path, "w") as f:
         f.write(script + "\n")
     prefix = os.path.join(workdir, f"log_{tag}")
     for old in glob.glob(prefix + ".*"):
         os.remove(old)
-    out = subprocess.run(
-        [f"{PG_BIN}/pgbench", "-h", cluster.dir, "-p", str(cluster.port), "-U", "postgres", "-n",
-         "-c", str(clients), "-j", str(clients), "-T", str(seconds), "-l", f"--log-prefix={prefix}",
-         "-f", script_path, dbname],
-        check=True, capture_output=True, text=True, cwd=workdir)
-    tps = float(re.search(r"tps = ([0-9.]+) \(without initial connection time\)", out.stdout).group(1))
+    command = [f"{PG_BIN}/pgbench", "-h", cluster.dir, "-p", str(cluster.port), "-U", "postgres", "-n",
+               "-c", str(clients), "-j", str(clients), "-T", str(seconds), "-l", f"--log-prefix={prefix}",
+               "-f", script_path, dbname]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=workdir) as proc:
+        if during:
+            during(proc)
+        stdout, stderr = proc.communicate()
+    if proc.returncode:
+        raise subprocess.CalledProcessError(proc.returncode, command, stdout, stderr)
+    tps = float(re.search(r"tps = ([0-9.]+) \(without initial connection time\)", stdout).group(1))
     latencies = []
     for path in glob.glob(prefix + ".*"):
         with open(path) as f:
