@@ -20,21 +20,29 @@ ROUNDS rounds; IDs/s = pgbench's transactions per second × 500,000, the
 median over the rounds. The scaling of a query is its IDs/s at k clients
 over its IDs/s at 1, read against the floor's scaling in the same run:
 issue 39 asks the hot tag for at least 0.85× the floor's from 1 to 2
-clients. While the hot tag runs, `segment_status`'s block_size is read
-every BLOCK_SIZE_EVERY seconds: whether the backends took blocks of their
-own (up to 256) instead of single IDs — at 2 clients and more — and
-whether one backend alone took single IDs.
+clients. Whether the backends took blocks of their own (up to 256) while
+they contended, and single IDs alone, is seen two ways: `segment_status`'s
+block_size, read every BLOCK_SIZE_EVERY seconds while the hot tag runs;
+and, after the rounds, in the IDs themselves: k sessions draw runs_n IDs
+each at once, and each counts the runs of consecutive IDs it got (a block
+is one run; single IDs with another backend's between are runs of 1). The
+second does not need a core of its own while the backends run: on a
+machine with no more cores than backends, a read of block_size takes a
+core from one of them, and the other, alone, goes back to single IDs
+within microseconds.
 
 Writes scaling.md, scaling.json and scaling.png (matplotlib) to --out (the
 docs' <!-- bench-scaling:start --> block is put in by publish.py, from a
 whole run of bash tests/bench.sh --update-docs).
 """
 
+import collections
 import os
 import random
 import shutil
 import statistics
 import tempfile
+import threading
 import time
 
 # bench.py puts tests/lib on the path: import it first.
@@ -44,8 +52,8 @@ from bench import (PGEDGE_SNOWFLAKE_AFTER, bench_command, describe_machine, head
 from cluster import Cluster
 
 MODES = {
-    "full": dict(rounds=3, seconds=4),
-    "quick": dict(rounds=2, seconds=1),
+    "full": dict(rounds=3, seconds=4, runs_n=3_000_000),
+    "quick": dict(rounds=2, seconds=1, runs_n=1_000_000),
 }
 # IDs per transaction: long enough that a transaction's own cost (parse,
 # plan, round trip) is noise, short enough for many per run.
@@ -110,6 +118,48 @@ def block_size_reader(conn, samples):
     return during
 
 
+# The runs of consecutive IDs one session takes, {length: how many runs}:
+# the IDs of one run share id - row_number() (gaps and islands). The IDs
+# are all drawn before the sort, the window's, begins.
+RUNS_QUERY = ("SELECT length, count(*) FROM (SELECT count(*) AS length FROM ("
+              "SELECT id - row_number() OVER (ORDER BY id) AS run FROM ("
+              f"SELECT segment_nextval('{HOT_TAG}') AS id FROM generate_series(1, {{n}})) ids) numbered "
+              "GROUP BY run) runs GROUP BY length")
+# Run lengths as the table sorts them: (first, last, what they are).
+RUN_BUCKETS = [(1, 1, "runs of 1"), (2, 15, "runs of 2 – 15"), (16, MAX_BLOCK, f"runs of 16 – {MAX_BLOCK}"),
+               (MAX_BLOCK + 1, None, f"runs longer than {MAX_BLOCK}")]
+
+
+def runs_of_ids(cluster, clients, n):
+    """{run length: IDs in runs of that length}, over `clients` sessions
+    that each draw n IDs of the hot tag at once (untimed)."""
+    start = threading.Barrier(clients)
+    found, errors = [], []
+
+    def draw():
+        try:
+            with cluster.connect(DBNAME) as conn:
+                conn.execute("SET work_mem = '1GB'")     # the window's sort, in memory
+                start.wait()
+                found.append(conn.execute(RUNS_QUERY.format(n=n)).fetchall())
+        except Exception as e:     # noqa: BLE001 — raised again below, in the caller's thread
+            errors.append(e)
+            start.abort()
+
+    threads = [threading.Thread(target=draw) for _ in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    ids = collections.Counter()
+    for rows in found:
+        for length, count in rows:
+            ids[length] += length * count
+    return {str(length): count for length, count in sorted(ids.items())}
+
+
 def measure(cluster, scripts, counts, rounds, seconds, workdir):
     """{label: {clients: [IDs/s, one per round]}}, {clients: [block_size
     reads of the hot tag's runs at that many clients]}, and the hot tag's
@@ -163,6 +213,17 @@ def block_size_reads(reads):
             f"{above} above 1")
 
 
+def run_shares(runs):
+    """"12% in runs of 1, ...": the IDs in each of RUN_BUCKETS."""
+    total = sum(runs.values())
+    shares = []
+    for first, last, what in RUN_BUCKETS:
+        ids = sum(count for length, count in runs.items()
+                  if first <= int(length) and (last is None or int(length) <= last))
+        shares.append(f"{ids / total:.0%} in {what}")
+    return ", ".join(shares)
+
+
 def millions(value):
     return f"{value / 1e6:,.1f} M"
 
@@ -203,6 +264,15 @@ def markdown(results, mode):
         "the size some backend took last, so a read can show a backend that has just stopped): "
         + "; ".join(f"{c} client{'s' if c != '1' else ''}, {block_size_reads(results['block_sizes'][c])}"
                     for c in counts[1:] + counts[:1])
+        + ". On a machine with no more cores than backends a read takes a core from one of them, and the "
+        "other, alone, goes back to single IDs within microseconds: what they took together shows in the "
+        "IDs themselves.",
+        "",
+        f"The IDs each session got, as runs of consecutive IDs, when sessions each drew "
+        f"{results['runs_n']:,} IDs of the hot tag at once after the rounds (untimed; a block is one run, "
+        "single IDs with another backend's between are runs of 1, a run longer than a block is a backend "
+        "that drew alone meanwhile): "
+        + "; ".join(f"{c} sessions, {run_shares(results['runs'][c])}" for c in counts[1:])
         + f". Calls that waited for a refill of the hot tag over the measured runs: "
         f"{results['hot_tag']['waits']} ({results['hot_tag']['refills']} ranges published).",
     ]
@@ -284,6 +354,11 @@ def main():
         results["machine"] = describe_machine(cluster, dbname=DBNAME)
         results["ids_per_second"], results["block_sizes"], results["hot_tag"] = measure(
             cluster, scripts, counts, settings["rounds"], settings["seconds"], workdir)
+        results["runs"] = {}
+        for clients in counts[1:]:
+            results["runs"][str(clients)] = runs_of_ids(cluster, clients, settings["runs_n"])
+            progress(f"runs of consecutive IDs, {clients} sessions at once: "
+                     + run_shares(results["runs"][str(clients)]))
         results["load_average"]["end"] = os.getloadavg()[0]
     finally:
         cluster.destroy()
