@@ -2,7 +2,8 @@
 # The benchmark: pg_idgen against native sequences, identity and UUIDs
 # (UUIDv4, and UUIDv7 where the server has uuidv7(), 18 and later), in one
 # run on a throwaway cluster (see tests/bench/bench.py for what it
-# measures), then the call-site cache (tests/bench/fast_path.py), then tags
+# measures), then the call-site cache (tests/bench/fast_path.py), then IDs
+# per second as clients are added (tests/bench/scaling.py), then tags
 # attached to a slow central server (two shards, see tests/bench/remote.py),
 # then IDs on a Citus cluster, a coordinator and two workers
 # (tests/bench/citus.py; Citus is built into 16, 17 and 18 only: with
@@ -12,9 +13,9 @@
 # with --pg 16, 17 or 18 only: 15 is Debian's package, which cannot be
 # copied), and last the summary (tests/bench/publish.py). Full run: under 15
 # minutes on 2 cores, a minute more for the call-site cache and for the
-# remote part, about 3 for the Citus part, 4 for the bulk part and 5 for the
-# release part; `--quick` for a smoke run; `--only
-# bench|fastpath|remote|citus|bulk|release` for one of them.
+# remote part, about 3 for the scaling part and for the Citus part, 4 for
+# the bulk part and 5 for the release part; `--quick` for a smoke run;
+# `--only bench|fastpath|scaling|remote|citus|bulk|release` for one of them.
 #
 # Every step of one run names the same run: bench.sh fixes its start time
 # and commit once (PG_IDGEN_BENCH_STARTED, PG_IDGEN_BENCH_COMMIT) and the
@@ -28,17 +29,17 @@
 # pgEdge's snowflake extension (github.com/pgEdge/snowflake: a C extension,
 # `snowflake.nextval()` on a sequence, the node from `snowflake.node`) is an
 # optional competitor beside the UUIDs, in the cost per ID, the INSERT
-# table and plots, the bulk loads and the summary. The benchmark machines
-# cannot download it, so it is measured only with --pgedge-snowflake DIR,
-# DIR being its source tree or a git repository (bare or not) whose HEAD is
-# taken with `git archive`: bench.sh builds it in a scratch copy under /tmp
-# (DIR is left as it is) with PGXS against the PostgreSQL benchmarked and
-# installs it there; the throwaway clusters get `snowflake.node = 1` and
-# `CREATE EXTENSION snowflake`, and the tables name its version (the control
-# file's default_version) and commit. Without it the summary says it was
-# not measured, and why.
+# table and plots, the scaling part, the bulk loads and the summary. The
+# benchmark machines cannot download it, so it is measured only with
+# --pgedge-snowflake DIR, DIR being its source tree or a git repository
+# (bare or not) whose HEAD is taken with `git archive`: bench.sh builds it
+# in a scratch copy under /tmp (DIR is left as it is) with PGXS against
+# the PostgreSQL benchmarked and installs it there; the throwaway clusters
+# get `snowflake.node = 1` and `CREATE EXTENSION snowflake`, and the tables
+# name its version (the control file's default_version) and commit. Without
+# it the summary says it was not measured, and why.
 #
-#   bash tests/bench.sh [--pg 15|16|17|18] [--only bench|fastpath|remote|citus|bulk|release] [--quick]
+#   bash tests/bench.sh [--pg 15|16|17|18] [--only bench|fastpath|scaling|remote|citus|bulk|release] [--quick]
 #                       [--out DIR] [--update-docs] [--pgedge-snowflake DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -62,8 +63,8 @@ while (($#)); do
     esac
 done
 case $only in
-    ''|bench|fastpath|remote|citus|bulk|release) ;;
-    *) echo "--only takes bench, fastpath, remote, citus, bulk or release, not '$only'" >&2; exit 2 ;;
+    ''|bench|fastpath|scaling|remote|citus|bulk|release) ;;
+    *) echo "--only takes bench, fastpath, scaling, remote, citus, bulk or release, not '$only'" >&2; exit 2 ;;
 esac
 if [[ -n $update_docs && ( -n $quick || -n $only ) ]]; then
     echo "--update-docs needs a full run of every part (no --quick, no --only): the docs hold one whole run" >&2
@@ -110,9 +111,9 @@ echo; echo "== installing the benchmark's floor extension (idgen_floor)"
 test -f "$("$pg_config" --sharedir)/extension/idgen_floor.control"
 
 # pgEdge's snowflake, from the source given, into this PostgreSQL: built in
-# a scratch copy under /tmp (DIR untouched). bench.py and bulk.py measure it
-# when PG_IDGEN_BENCH_PGEDGE_SNOWFLAKE_VERSION is set (its default_version;
-# _COMMIT: the commit built, when DIR is a git repository).
+# a scratch copy under /tmp (DIR untouched). bench.py, scaling.py and
+# bulk.py measure it when PG_IDGEN_BENCH_PGEDGE_SNOWFLAKE_VERSION is set (its
+# default_version; _COMMIT: the commit built, when DIR is a git repository).
 install_pgedge_snowflake() {
     local src=$1 scratch top gitdir
     src=$(realpath "$src")
@@ -163,11 +164,11 @@ install_pgedge_snowflake() {
 # Only set by install_pgedge_snowflake, never inherited.
 unset PG_IDGEN_BENCH_PGEDGE_SNOWFLAKE_VERSION PG_IDGEN_BENCH_PGEDGE_SNOWFLAKE_COMMIT
 if [[ -n $pgedge_snowflake ]]; then
-    if [[ -z $only || $only == bench || $only == bulk ]]; then
+    if [[ -z $only || $only == bench || $only == scaling || $only == bulk ]]; then
         echo; echo "== installing pgEdge's snowflake from $pgedge_snowflake into PostgreSQL $major"
         install_pgedge_snowflake "$pgedge_snowflake"
     else
-        echo "note: --pgedge-snowflake is measured by the bench and bulk parts only, not by --only $only" >&2
+        echo "note: --pgedge-snowflake is measured by the bench, scaling and bulk parts only, not by --only $only" >&2
     fi
 fi
 
@@ -192,6 +193,10 @@ fi
 if runs fastpath; then
     echo; echo "== benchmark: the call-site cache"
     .venv/bin/python tests/bench/fast_path.py "${args[@]}"
+fi
+if runs scaling; then
+    echo; echo "== benchmark: IDs per second as clients are added"
+    .venv/bin/python tests/bench/scaling.py "${args[@]}"
 fi
 if runs remote; then
     echo; echo "== benchmark: tags attached to a slow central server"

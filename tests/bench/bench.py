@@ -310,24 +310,31 @@ def table_name(label):
     return "t_" + re.sub(r"[^a-z0-9]+", "_", label.lower()).strip("_")
 
 
-def pgbench(cluster, script, clients, seconds, workdir, tag, dbname="bench"):
+def pgbench(cluster, script, clients, seconds, workdir, tag, dbname="bench", during=None):
     """Runs pgbench with one thread per client against the database of the
     cluster (on its Unix socket, at its port); returns (tps, [latencies in
     µs]). pgbench reads the clock lazily, so on an oversubscribed machine a
     call finished while its client thread was descheduled reads as 0 µs:
-    the median is a floor, the upper percentiles (waits, stalls) are real."""
+    the median is a floor, the upper percentiles (waits, stalls) are real.
+    during: called with the pgbench process (a subprocess.Popen) while it
+    runs, to watch the server meanwhile; it returns once the process ended
+    (tests/bench/scaling.py reads a tag's block size so)."""
     script_path = os.path.join(workdir, f"{tag}.sql")
     with open(script_path, "w") as f:
         f.write(script + "\n")
     prefix = os.path.join(workdir, f"log_{tag}")
     for old in glob.glob(prefix + ".*"):
         os.remove(old)
-    out = subprocess.run(
-        [f"{PG_BIN}/pgbench", "-h", cluster.dir, "-p", str(cluster.port), "-U", "postgres", "-n",
-         "-c", str(clients), "-j", str(clients), "-T", str(seconds), "-l", f"--log-prefix={prefix}",
-         "-f", script_path, dbname],
-        check=True, capture_output=True, text=True, cwd=workdir)
-    tps = float(re.search(r"tps = ([0-9.]+) \(without initial connection time\)", out.stdout).group(1))
+    command = [f"{PG_BIN}/pgbench", "-h", cluster.dir, "-p", str(cluster.port), "-U", "postgres", "-n",
+               "-c", str(clients), "-j", str(clients), "-T", str(seconds), "-l", f"--log-prefix={prefix}",
+               "-f", script_path, dbname]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=workdir) as proc:
+        if during:
+            during(proc)
+        stdout, stderr = proc.communicate()
+    if proc.returncode:
+        raise subprocess.CalledProcessError(proc.returncode, command, stdout, stderr)
+    tps = float(re.search(r"tps = ([0-9.]+) \(without initial connection time\)", stdout).group(1))
     latencies = []
     for path in glob.glob(prefix + ".*"):
         with open(path) as f:
@@ -411,6 +418,12 @@ def first_insert_after_pause(cluster, rounds):
 # --------------------------------------------------------------------------
 # 5. The ceiling
 
+# Lines of the ceiling that are not ops per second: the IDs a backend's
+# block gave per take from the chain, on average.
+CEILING_IDS_PER_TAKE = "backend_block_ids_per_take"
+CEILING_NOT_OPS = {CEILING_IDS_PER_TAKE}
+
+
 def ceiling():
     env = dict(os.environ, CARGO_TARGET_DIR=os.path.join(REPO, "target", "ceiling"))
     out = subprocess.run(["cargo", "run", "--release", "-q", "--manifest-path",
@@ -420,7 +433,8 @@ def ceiling():
     for line in out.splitlines():
         name, threads, ops = line.split()
         results.setdefault(name, {})[threads] = float(ops)
-    progress("ceiling: " + ", ".join(f"{k} {v['1'] / 1e6:.0f}M/s" for k, v in results.items()))
+    progress("ceiling: " + ", ".join(f"{k} {v['1'] / 1e6:.0f}M/s" for k, v in results.items()
+                                     if k not in CEILING_NOT_OPS))
     return results
 
 
@@ -569,13 +583,22 @@ def markdown(results, mode):
         "| operation | 1 thread | 2 threads |",
         "|---|---:|---:|",
     ]
-    names = {"atomic_fetch_add": "bare `AtomicU64::fetch_add`", "segment_chain_take": "segment range chain take",
+    names = {"atomic_fetch_add": "bare `AtomicU64::fetch_add`",
+             "segment_chain_take": "segment range chain take (one `fetch_add` per ID)",
+             "backend_block_take": "segment range chain, each thread with a block of its own (`BackendBlock`)",
              "locked_double_buffer": "Leaf-style double buffer behind a `parking_lot::Mutex`",
              "snowflake_state_machine": "snowflake state machine (clock stopped)",
              "snowflake_exact_clock": "snowflake with an exact clock read per ID"}
     for key, label in names.items():
         r = results["ceiling"][key]
         lines.append(f"| {label} | {r['1'] / 1e6:,.1f} M | {r['2'] / 1e6:,.1f} M |")
+    per_take = results["ceiling"][CEILING_IDS_PER_TAKE]
+    lines += [
+        "",
+        "With a block of its own, a thread takes from the chain as `segment_nextval` does (`take_one`): "
+        "single IDs while it draws alone, a block of up to 256 while another thread took in between; "
+        f"IDs per take from the chain, on average: {per_take['1']:.1f} on 1 thread, {per_take['2']:.1f} on 2.",
+    ]
     return "\n".join(lines) + "\n"
 
 

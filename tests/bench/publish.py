@@ -4,16 +4,18 @@ every part), prints the summary table, and with --write (a full run's
 --update-docs) puts the run into the docs:
 
 - docs/benchmarks.md: the blocks <!-- bench:start -->, <!-- bench-fastpath:start -->,
-  <!-- bench-remote:start -->, <!-- bench-citus:start -->, <!-- bench-bulk:start -->
-  and <!-- bench-release:start --> (each ... :end -->), each the table its part
-  wrote (the Citus part's says, on PostgreSQL 15, that it was not measured);
+  <!-- bench-scaling:start -->, <!-- bench-remote:start -->, <!-- bench-citus:start -->,
+  <!-- bench-bulk:start --> and <!-- bench-release:start --> (each ... :end -->),
+  each the table its part wrote (the Citus part's says, on PostgreSQL 15, that
+  it was not measured), the scaling part's with its plot below the table;
 - README.md: <!-- bench-summary:start --> ... <!-- bench-summary:end -->, the
   summary: per generator, its cost per ID in one backend, INSERT TPS at 8
   clients and a bulk INSERT ... SELECT, each beside the reference, every
   figure the same cell as in docs/benchmarks.md's tables; then a line on
   pgEdge's snowflake: its version and commit when the run measured it
   (bench.sh --pgedge-snowflake DIR), else that it was not, and why;
-- docs/img/bench/: the plots (tps.png, latency.png, tail.png, bulk.png).
+- docs/img/bench/: the plots (tps.png, latency.png, tail.png, bulk.png,
+  scaling.png).
 
 Every marker is looked for before anything is written: one missing, and
 nothing is. A quick run's results are never written.
@@ -40,11 +42,16 @@ from bulk import BASELINE, bulk_cells
 README = os.path.join(REPO, "README.md")
 DOCS = os.path.join(REPO, "docs", "benchmarks.md")
 PLOTS_DIR = os.path.join(REPO, "docs", "img", "bench")
-PLOTS = ["tps.png", "latency.png", "tail.png", "bulk.png"]
+PLOTS = ["tps.png", "latency.png", "tail.png", "bulk.png", "scaling.png"]
 
 # (marker, the part's file stem): the blocks of docs/benchmarks.md.
-PARTS = [("bench", "bench"), ("bench-fastpath", "fast_path"), ("bench-remote", "remote"),
-         ("bench-citus", "citus"), ("bench-bulk", "bulk"), ("bench-release", "release_delta")]
+PARTS = [("bench", "bench"), ("bench-fastpath", "fast_path"), ("bench-scaling", "scaling"),
+         ("bench-remote", "remote"), ("bench-citus", "citus"), ("bench-bulk", "bulk"),
+         ("bench-release", "release_delta")]
+# Plots that go inside a part's block, below its table: {marker: (file, alt
+# text)}. Inside, so that the page never shows a plot before a run that
+# made it was published (mkdocs's strict build fails on a missing image).
+BLOCK_PLOTS = {"bench-scaling": ("scaling.png", "IDs per second as clients are added")}
 SUMMARY = "bench-summary"
 
 # The summary's rows: (label, bench.py's marginal-cost label or None, its
@@ -211,11 +218,15 @@ def main():
     check_one_run(parts)
     bench, bulk = parts["bench"][0], parts["bulk"][0]
     # The parts that measure pgEdge's snowflake measured the same build, or
-    # both did without it.
-    if bench.get("pgedge_snowflake") != bulk.get("pgedge_snowflake"):
-        fail(f"bench and bulk did not measure the same pgEdge snowflake: {bench.get('pgedge_snowflake')} "
-             f"and {bulk.get('pgedge_snowflake')}")
+    # all did without it.
+    for stem in ("scaling", "bulk"):
+        other = parts[stem][0]
+        if bench.get("pgedge_snowflake") != other.get("pgedge_snowflake"):
+            fail(f"bench and {stem} did not measure the same pgEdge snowflake: {bench.get('pgedge_snowflake')} "
+                 f"and {other.get('pgedge_snowflake')}")
     blocks = {marker: parts[stem][1] for marker, stem in PARTS if stem in parts}
+    for marker, (name, alt) in BLOCK_PLOTS.items():
+        blocks[marker] += f"\n![{alt}](img/bench/{name})\n"
     if args.no_release:
         blocks["bench-release"] = not_measured_release(bench, args.no_release)
     summary_block = summary(bench, bulk)

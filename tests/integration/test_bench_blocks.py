@@ -31,7 +31,8 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 README = os.path.join(REPO, "README.md")
 DOCS = os.path.join(REPO, "docs", "benchmarks.md")
 
-DOCS_BLOCKS = {"bench", "bench-fastpath", "bench-remote", "bench-citus", "bench-bulk", "bench-release"}
+DOCS_BLOCKS = {"bench", "bench-fastpath", "bench-scaling", "bench-remote", "bench-citus", "bench-bulk",
+               "bench-release"}
 SUMMARY = "bench-summary"
 
 HEADER = re.compile(
