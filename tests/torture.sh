@@ -12,7 +12,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
-export CARGO_PROFILE_DEV_DEBUG=0   # the test command's builds (tests/test.sh)
+# The test command's builds (tests/test.sh says why).
+export CARGO_PROFILE_DEV_DEBUG=0 CARGO_INCREMENTAL=0 CARGO_PGRX_DISABLE_GC_SECTIONS_WORKAROUND=1
 bash tests/setup.sh
 
 source tests/lib/pytest.sh   # run_pytest

@@ -1236,7 +1236,7 @@ def test_a_trigger_capping_each_update_to_one_step_never_shares_an_id(make_clust
     client = threading.Thread(target=classic_client)
     client.start()
     try:
-        drawn = draw_plain(shard, db, "orders", 20_000)
+        drawn = draw_plain(shard, db, "orders", 5_000)
     finally:
         stop.set()
         client.join()

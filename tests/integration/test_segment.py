@@ -39,9 +39,9 @@ def one_step_cluster(make_module_cluster):
 
 def test_four_sessions_racing_refills_never_share_an_id(one_step_cluster):
     # step = 10: every session needs a refill every few IDs, so refills and
-    # range switches race all the time: 10,000 refills (40,000 in the soak,
+    # range switches race all the time: 6,000 refills (40,000 in the soak,
     # tests/torture.sh).
-    batches = 100 if os.environ.get("PG_IDGEN_TORTURE") == "long" else 25
+    batches = 100 if os.environ.get("PG_IDGEN_TORTURE") == "long" else 15
     cluster, db = one_step_cluster, one_step_cluster.new_database()
     cluster.sql("SELECT segment_create('race', step => 10)", dbname=db)
     with ThreadPoolExecutor(4) as pool:

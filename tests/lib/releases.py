@@ -43,6 +43,10 @@ def build_release(version, out_dir, pg_config, debug=True):
     cargo_toml = os.path.join(src, "Cargo.toml")
     with open(cargo_toml) as f:
         manifest = f.read().replace('name = "pg_idgen"', f'name = "{crate}"', 1)
+    # Resolved as the current tree is (its Cargo.toml says why), so the
+    # release shares the current tree's compiled dependencies.
+    if "\nresolver = " not in manifest:
+        manifest = manifest.replace('edition = "2021"\n', 'edition = "2021"\nresolver = "1"\n', 1)
     if not re.search(rf"^pg{major} = ", manifest, re.M):
         manifest = manifest.replace(
             "pg_test = []", f'pg{major} = ["pgrx/pg{major}", "pgrx-tests/pg{major}"]\npg_test = []')
