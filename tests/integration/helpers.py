@@ -298,14 +298,16 @@ def faketime_env(offset_seconds):
 # ---------------------------------------------------------------------------
 # Standbys.
 
-def standby_of(primary, make_cluster, conf=(), env=None):
+def standby_of(primary, make_cluster, conf=(), env=None, tcp_port=None):
     """A hot standby of `primary` (pg_basebackup -R, streaming), started
-    on a socket of its own; `env` for its server (e.g. faketime_env)."""
-    standby = make_cluster(conf=conf)
+    on a socket of its own (and on 127.0.0.1:`tcp_port` if given); `env`
+    for its server (e.g. faketime_env)."""
+    standby = make_cluster(conf=conf, tcp_port=tcp_port)
     shutil.rmtree(standby.data)
     primary.client("pg_basebackup", "-c", "fast", "-D", standby.data, "-R", "-X", "stream")
     subprocess.run(["chown", "-R", "postgres:postgres", standby.data], check=True)
-    standby.append_conf(f"unix_socket_directories = '{standby.dir}'", "hot_standby = on")
+    tcp = (f"listen_addresses = '127.0.0.1'", f"port = {tcp_port}") if tcp_port else ()
+    standby.append_conf(f"unix_socket_directories = '{standby.dir}'", "hot_standby = on", *tcp)
     standby.start(extra_env=env)
     return standby
 

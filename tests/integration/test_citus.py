@@ -15,9 +15,9 @@ import psycopg
 import pytest
 from psycopg import errors
 
-from citus_cluster import CitusCluster, citus_available
+from citus_cluster import CitusCluster, citus_available, free_port
 from cluster import PG_BIN
-from helpers import assert_unique, wait_for
+from helpers import assert_unique, draw_snowflakes, promote, standby_of, wait_for
 
 pytestmark = pytest.mark.skipif(not citus_available(), reason=f"Citus is not built into {PG_BIN} (16-18 only)")
 
@@ -263,6 +263,38 @@ def test_crashes_of_the_coordinator_and_of_a_worker_repeat_nothing(make_cluster)
         drawn += draw_on(node, 700)
     assert_unique(drawn)
     (max_id,), = cluster.coordinator.sql("SELECT max_id FROM id_segment WHERE biz_tag = 'orders'")
+    assert max(drawn) <= max_id
+
+
+def test_the_coordinator_failed_over_to_its_synchronous_standby_repeats_nothing(make_cluster):
+    """The coordinator crashes and its synchronous standby is promoted and
+    made the coordinator (citus_set_coordinator_host there): every range
+    the old coordinator granted a worker was committed on the standby
+    before the worker had it, so the workers go on from the new coordinator
+    and no segment ID repeats; its snowflake IDs continue above the old
+    coordinator's (the same group, the mark in the WAL)."""
+    cluster = small_cluster(make_cluster)
+    old = cluster.coordinator
+    port = free_port()
+    standby = standby_of(old, make_cluster, tcp_port=port)
+    old.sql("ALTER SYSTEM SET synchronous_standby_names = '*'")
+    old.sql("SELECT pg_reload_conf()")
+    assert wait_for(lambda: old.sql(
+        "SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync'") == [(1,)], timeout=30)
+    drawn, flakes = [], draw_snowflakes(old, 2000)
+    for node in cluster.nodes:
+        drawn += draw_on(node, 700)
+    old.stop("immediate")
+    promote(standby)
+    standby.sql("SELECT citus_set_coordinator_host('127.0.0.1', %s)", (port,))
+    cluster.coordinator = standby
+    flakes += draw_snowflakes(standby, 2000)
+    for node in cluster.nodes:   # past what a worker holds ahead (max_ids_ahead)
+        drawn += draw_on(node, 3000)
+    assert_unique(drawn)
+    assert_unique(flakes)
+    assert min(flakes[2000:]) > max(flakes[:2000])
+    (max_id,), = standby.sql("SELECT max_id FROM id_segment WHERE biz_tag = 'orders'")
     assert max(drawn) <= max_id
 
 
