@@ -47,7 +47,11 @@ def test_a_jump_from_a_trickle_to_full_speed_stops_waiting_within_a_second(clust
     assert samples[1.0] - waits_at_jump < 20, "adapting took too many waits"
     assert waits_at_end == samples[1.0], \
         f"{waits_at_end - samples[1.0]} calls still waited after the first second"
-    assert distance >= 100_000, f"safe distance {distance} did not follow the demand"
+    # The worker keeps a quarter second of demand cached (policy.rs's
+    # HORIZON_MS): at least half of that at the rate this session drew —
+    # a ratio to the measured rate, not a speed (a fixed 100,000 failed on
+    # a loaded machine that drew 360,000 IDs/s).
+    assert distance >= drawn / 3 * 0.25 / 2, f"safe distance {distance} did not follow the demand ({drawn} IDs in 3 s)"
     assert refills < drawn / 10_000, f"{refills} refills for {drawn} IDs at step 100"
 
 
