@@ -10,9 +10,16 @@
 -- cannot be followed inside it; this says which, and what to do, first.
 DO $$
 DECLARE
-    remade oid[] := ARRAY['segment_status'::pg_catalog.regclass, 'snowflake_status'::pg_catalog.regclass,
-                          'segment_status()'::pg_catalog.regprocedure, 'snowflake_status()'::pg_catalog.regprocedure,
-                          'segment_create(text, bigint, int)'::pg_catalog.regprocedure]::oid[];
+    views oid[] := ARRAY['segment_status'::pg_catalog.regclass, 'snowflake_status'::pg_catalog.regclass]::oid[];
+    -- The views, the functions, and the views' row types and their array
+    -- types (a function returning SETOF segment_status, a column of type
+    -- snowflake_status).
+    remade oid[] := views
+        || ARRAY['segment_status()'::pg_catalog.regprocedure, 'snowflake_status()'::pg_catalog.regprocedure,
+                 'segment_create(text, bigint, int)'::pg_catalog.regprocedure]::oid[]
+        || ARRAY(SELECT t.oid FROM pg_catalog.pg_type t WHERE t.typrelid = ANY (views)
+                 UNION ALL
+                 SELECT t.typarray FROM pg_catalog.pg_type t WHERE t.typrelid = ANY (views));
     dependents text;
 BEGIN
     SELECT pg_catalog.string_agg(DISTINCT pg_catalog.pg_describe_object(
@@ -37,19 +44,26 @@ $$;
 -- here and given again at the end of the update, which must not take away
 -- what was granted.
 CREATE TEMPORARY TABLE pg_idgen_update_grants AS
-SELECT kept.object, acl.grantee, acl.privilege_type, acl.is_grantable
-FROM (SELECT 'FUNCTION segment_create(text, bigint, int, boolean)' AS object,
+SELECT kept.object, kept.column_name, acl.grantee, acl.privilege_type, acl.is_grantable
+FROM (SELECT 'FUNCTION segment_create(text, bigint, int, boolean)' AS object, NULL::pg_catalog.name AS column_name,
              p.proowner AS owner, p.proacl AS acl
         FROM pg_catalog.pg_proc p
        WHERE p.oid = 'segment_create(text, bigint, int)'::pg_catalog.regprocedure
       UNION ALL
-      SELECT 'FUNCTION ' || p.proname || '()', p.proowner, p.proacl
+      SELECT 'FUNCTION ' || p.proname || '()', NULL, p.proowner, p.proacl
         FROM pg_catalog.pg_proc p
        WHERE p.oid IN ('snowflake_status()'::pg_catalog.regprocedure,
                        'segment_status()'::pg_catalog.regprocedure)
       UNION ALL
-      SELECT 'TABLE ' || c.relname, c.relowner, c.relacl
+      SELECT 'TABLE ' || c.relname, NULL, c.relowner, c.relacl
         FROM pg_catalog.pg_class c
+       WHERE c.oid IN ('snowflake_status'::pg_catalog.regclass,
+                       'segment_status'::pg_catalog.regclass)
+      UNION ALL
+      -- Grants on single columns of the views.
+      SELECT 'TABLE ' || c.relname, a.attname, c.relowner, a.attacl
+        FROM pg_catalog.pg_class c
+        JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND a.attacl IS NOT NULL
        WHERE c.oid IN ('snowflake_status'::pg_catalog.regclass,
                        'segment_status'::pg_catalog.regclass)) AS kept,
      pg_catalog.aclexplode(kept.acl) AS acl
@@ -353,7 +367,9 @@ DECLARE
     g record;
 BEGIN
     FOR g IN SELECT * FROM pg_idgen_update_grants LOOP
-        EXECUTE pg_catalog.format('GRANT %s ON %s TO %s%s', g.privilege_type, g.object,
+        EXECUTE pg_catalog.format('GRANT %s%s ON %s TO %s%s', g.privilege_type,
+            CASE WHEN g.column_name IS NULL THEN '' ELSE pg_catalog.format(' (%I)', g.column_name) END,
+            g.object,
             CASE g.grantee WHEN 0 THEN 'PUBLIC' ELSE g.grantee::pg_catalog.regrole::pg_catalog.text END,
             CASE WHEN g.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
     END LOOP;

@@ -468,17 +468,23 @@ def test_the_0_4_0_update_keeps_grants_and_refuses_first_when_a_view_needs_what_
         "GRANT SELECT ON segment_status TO dashboard",
         "GRANT EXECUTE ON FUNCTION snowflake_status() TO dashboard",
         "CREATE VIEW tags_low AS SELECT tag, remaining_in_range FROM segment_status",
+        # On the view's row type, not on the view itself.
+        "CREATE FUNCTION my_status() RETURNS SETOF segment_status LANGUAGE sql AS 'SELECT * FROM segment_status'",
+        "CREATE ROLE carol",
+        "GRANT SELECT (tag, remaining_in_range) ON segment_status TO carol",
     ]:
         c.sql(statement, dbname=db)
     c.restart()  # the current library, which the 0.4.0 functions need
     assert running_library(c, db) == "current"
     with pytest.raises(psycopg.errors.DependentObjectsStillExist) as refused:
         c.sql("ALTER EXTENSION pg_idgen UPDATE", dbname=db)
-    assert "view tags_low depends on them" in str(refused.value), refused.value
+    assert "view tags_low" in str(refused.value), refused.value
+    assert "function my_status()" in str(refused.value), refused.value
     assert "drop it, run ALTER EXTENSION pg_idgen UPDATE again" in refused.value.diag.message_hint
     assert extversion(c, db) == [("0.3.0",)]
     (definition,), = c.sql("SELECT pg_get_viewdef('tags_low')", dbname=db)
     c.sql("DROP VIEW tags_low", dbname=db)
+    c.sql("DROP FUNCTION my_status()", dbname=db)
     c.sql("ALTER EXTENSION pg_idgen UPDATE", dbname=db)
     assert extversion(c, db) == [(CURRENT,)]
     c.sql(f"CREATE VIEW tags_low AS {definition}", dbname=db)
@@ -490,6 +496,10 @@ def test_the_0_4_0_update_keeps_grants_and_refuses_first_when_a_view_needs_what_
         "has_table_privilege('dashboard', 'snowflake_status', 'SELECT'), "
         "has_function_privilege('dashboard', 'segment_create(text, bigint, int, boolean)', 'EXECUTE')",
         dbname=db) == [(True, True, True, False, False)]
+    assert c.sql(
+        "SELECT has_column_privilege('carol', 'segment_status', 'remaining_in_range', 'SELECT'), "
+        "has_column_privilege('carol', 'segment_status', 'next_id', 'SELECT')",
+        dbname=db) == [(True, False)]
     # The update leaves nothing of its own behind.
     assert c.sql("SELECT count(*) FROM pg_class WHERE relname = 'pg_idgen_update_grants'",
                  dbname=db) == [(0,)]
