@@ -93,6 +93,23 @@ COMMENT ON COLUMN id_segment_citus.biz_tag IS 'the segment tag';
 COMMENT ON COLUMN id_segment_citus.max_id_seen IS 'the largest coordinator max_id this node took IDs below: a coordinator row below it went back';
 COMMENT ON COLUMN id_segment_citus.updated_at IS 'when the last refill from the coordinator raised it';
 SELECT pg_catalog.pg_extension_config_dump('id_segment_citus', '');
+-- On the Citus coordinator: each system identifier and WAL timeline on
+-- which it raised its rows above what the cluster holds, before its first
+-- refill there (src/segment/citus_catch_up.rs): a failover or a
+-- point-in-time recovery starts a timeline without a row. Not dumped: a
+-- restored cluster catches up again.
+CREATE TABLE id_segment_citus_caught_up (
+    system_identifier bigint      NOT NULL,
+    timeline          bigint      NOT NULL,
+    caught_up_at      timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
+    raised            int         NOT NULL,
+    PRIMARY KEY (system_identifier, timeline)
+);
+COMMENT ON TABLE id_segment_citus_caught_up IS 'pg_idgen: on the Citus coordinator, each timeline on which its rows were raised above what every worker took and every distributed table holds';
+COMMENT ON COLUMN id_segment_citus_caught_up.system_identifier IS 'this cluster''s system identifier then';
+COMMENT ON COLUMN id_segment_citus_caught_up.timeline IS 'its WAL timeline then';
+COMMENT ON COLUMN id_segment_citus_caught_up.caught_up_at IS 'when the catch-up ran (the latest, if segment_citus_catch_up() ran again)';
+COMMENT ON COLUMN id_segment_citus_caught_up.raised IS 'how many tags'' rows it raised, over every run on this timeline';
 -- Where each central server this database refilled from was, by its
 -- identity: the cluster (system identifier), the OIDs of its database and
 -- id_segment, the WAL timeline; with the WAL position and the central

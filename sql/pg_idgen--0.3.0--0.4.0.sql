@@ -97,6 +97,23 @@ COMMENT ON COLUMN id_segment_citus.biz_tag IS 'the segment tag';
 COMMENT ON COLUMN id_segment_citus.max_id_seen IS 'the largest coordinator max_id this node took IDs below: a coordinator row below it went back';
 COMMENT ON COLUMN id_segment_citus.updated_at IS 'when the last refill from the coordinator raised it';
 SELECT pg_catalog.pg_extension_config_dump('id_segment_citus', '');
+-- On the Citus coordinator: each system identifier and WAL timeline on
+-- which it raised its rows above what the cluster holds, before its first
+-- refill there (src/segment/citus_catch_up.rs): a failover or a
+-- point-in-time recovery starts a timeline without a row. Not dumped: a
+-- restored cluster catches up again.
+CREATE TABLE id_segment_citus_caught_up (
+    system_identifier bigint      NOT NULL,
+    timeline          bigint      NOT NULL,
+    caught_up_at      timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
+    raised            int         NOT NULL,
+    PRIMARY KEY (system_identifier, timeline)
+);
+COMMENT ON TABLE id_segment_citus_caught_up IS 'pg_idgen: on the Citus coordinator, each timeline on which its rows were raised above what every worker took and every distributed table holds';
+COMMENT ON COLUMN id_segment_citus_caught_up.system_identifier IS 'this cluster''s system identifier then';
+COMMENT ON COLUMN id_segment_citus_caught_up.timeline IS 'its WAL timeline then';
+COMMENT ON COLUMN id_segment_citus_caught_up.caught_up_at IS 'when the catch-up ran (the latest, if segment_citus_catch_up() ran again)';
+COMMENT ON COLUMN id_segment_citus_caught_up.raised IS 'how many tags'' rows it raised, over every run on this timeline';
 CREATE FUNCTION segment_citus_range(tag text, steps bigint, floor bigint) RETURNS TABLE (
     first bigint, len bigint, asked bigint, step bigint, cas_conflicts bigint,
     sqlstate int, message text, hint text)
@@ -104,6 +121,11 @@ CREATE FUNCTION segment_citus_range(tag text, steps bigint, floor bigint) RETURN
     LANGUAGE c AS 'MODULE_PATHNAME', 'segment_citus_range_wrapper';
 REVOKE ALL ON FUNCTION segment_citus_range(text, bigint, bigint) FROM PUBLIC;
 COMMENT ON FUNCTION segment_citus_range(text, bigint, bigint) IS 'pg_idgen: on the Citus coordinator, a range of a tag for a worker''s refill';
+CREATE FUNCTION segment_citus_catch_up() RETURNS TABLE (biz_tag text, raised_from bigint, raised_to bigint)
+    VOLATILE PARALLEL UNSAFE
+    LANGUAGE c AS 'MODULE_PATHNAME', 'segment_citus_catch_up_wrapper';
+REVOKE ALL ON FUNCTION segment_citus_catch_up() FROM PUBLIC;
+COMMENT ON FUNCTION segment_citus_catch_up() IS 'pg_idgen: on the Citus coordinator, raises every tag above what every worker took and every distributed table holds (after a failover or restore)';
 DROP FUNCTION segment_create(text, bigint, int);
 CREATE FUNCTION segment_create(tag text, start bigint DEFAULT 1, step int DEFAULT 1000,
                                force boolean DEFAULT false) RETURNS void

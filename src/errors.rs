@@ -228,8 +228,16 @@ pub enum IdgenError {
     CitusCreateOnWorker {
         tag: String,
     },
-    /// `segment_citus_range` called on a node that is not the coordinator.
-    CitusNotCoordinator,
+    /// A function that runs on the Citus coordinator only
+    /// (`segment_citus_range`, `segment_citus_catch_up`) called elsewhere.
+    CitusNotCoordinator {
+        function: &'static str,
+    },
+    /// The coordinator's catch-up (`citus_catch_up.rs`): workers that did
+    /// not answer, with what Citus said.
+    CitusCatchUpUnanswered {
+        nodes: String,
+    },
     /// A Citus function asked to distribute one of the extension's tables.
     CitusExtensionTable {
         table: String,
@@ -747,7 +755,8 @@ impl IdgenError {
             | CitusCoordinatorRefused { .. }
             | CitusTagMissing { .. }
             | CitusCreateOnWorker { .. }
-            | CitusNotCoordinator
+            | CitusNotCoordinator { .. }
+            | CitusCatchUpUnanswered { .. }
             | CitusExtensionTable { .. } => citus::report(self),
             NotPreloaded
             | BadSetting { .. }
@@ -1046,7 +1055,12 @@ mod tests {
                 tag: s("orders"),
             },
             CitusCreateOnWorker { tag: s("orders") },
-            CitusNotCoordinator,
+            CitusNotCoordinator {
+                function: "segment_citus_catch_up",
+            },
+            CitusCatchUpUnanswered {
+                nodes: s("127.0.0.1:9702: connection refused"),
+            },
             CitusExtensionTable {
                 table: s("id_segment"),
                 function: s("create_reference_table"),
@@ -1299,6 +1313,13 @@ mod tests {
             MaxIdBehind {
                 max_id: 1,
                 handed_out: 10,
+            },
+            CitusWentBack {
+                max_id: 1,
+                seen: 10,
+            },
+            CitusCatchUpUnanswered {
+                nodes: s("127.0.0.1:9702: connection refused"),
             },
             Exhausted { max_id: i64::MAX },
             RowReplicated {

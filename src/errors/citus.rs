@@ -11,6 +11,10 @@ use super::{misrouted, quote_literal, IdgenError, Report};
 /// What to do when two nodes share a machine id.
 const OWN_MACHINE_ID: &str = "Give every node of the Citus cluster its own machine id: pg_idgen.machine_id = 'citus' on every node uses each node's Citus group id; or set a number no other node uses. Restart the node you change.";
 
+/// The coordinator's catch-up (`segment::citus_catch_up`), for hints: it
+/// raises every tag above what every node took and holds.
+pub(super) const CATCH_UP: &str = "SELECT * FROM segment_citus_catch_up();";
+
 /// The report of an error about Citus.
 pub(super) fn report(error: &IdgenError) -> Report {
     use IdgenError::*;
@@ -73,7 +77,7 @@ pub(super) fn report(error: &IdgenError) -> Report {
                 "segment tag \"{tag}\" does not exist on the Citus coordinator, where this worker takes its ranges"
             ),
             format!(
-                "Create it on the coordinator, where every node takes its ranges from: SELECT segment_create({}); — on the coordinator, not here.",
+                "Create it on the coordinator, where every node takes its ranges from, above what every node already took of it (a coordinator that failed over or was restored may have lost it): BEGIN; SELECT segment_create({}); {CATCH_UP} COMMIT; — on the coordinator, not here.",
                 quote_literal(tag)
             ),
         ),
@@ -87,10 +91,20 @@ pub(super) fn report(error: &IdgenError) -> Report {
                 quote_literal(tag)
             ),
         ),
-        CitusNotCoordinator => Report::new(
+        CitusNotCoordinator { function } => Report::new(
             ERRCODE_FEATURE_NOT_SUPPORTED,
-            "segment_citus_range() answers a Citus worker's refill, on the coordinator only",
-            "Nothing to do: the refill workers of Citus workers call it on the coordinator.",
+            format!("{function}() runs on the Citus coordinator only, and this node is not it"),
+            "Run it on the coordinator (group 0): SELECT nodename, nodeport FROM pg_dist_node WHERE groupid = 0; — a worker's refills call segment_citus_range() there by themselves.",
+        ),
+        CitusCatchUpUnanswered { nodes } => Report::new(
+            ERRCODE_CONNECTION_FAILURE,
+            format!(
+                "the Citus coordinator cannot catch up its segment tags: not every worker said what it took ({nodes})"
+            ),
+            format!(
+                "On a new timeline (a failover, a point-in-time recovery) the coordinator hands out no range until every active worker has answered, since one that took IDs it lost may be among them; nothing was changed. Bring those workers back (SELECT * FROM citus_check_cluster_node_health();); refills are retried, or run {} on the coordinator.",
+                CATCH_UP
+            ),
         ),
         CitusExtensionTable { table, function } => Report::new(
             ERRCODE_FEATURE_NOT_SUPPORTED,

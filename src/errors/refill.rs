@@ -171,6 +171,20 @@ impl RefillProblem {
                     quote_literal(tag)
                 ),
             ),
+            CitusWentBack { max_id, seen } => Report::new(
+                ERRCODE_DATA_EXCEPTION,
+                format!(
+                    "the Citus coordinator went back for segment tag \"{tag}\": its row has max_id {max_id}, but a worker has already taken IDs up to {seen} from it"
+                ),
+                format!(
+                    "It lost ranges it handed out (restored, failed over, or the row lowered); no ID was handed out. Other workers may have taken more than this one: raise every tag above what every node took and holds with {} — it asks every worker and refuses if one does not answer.",
+                    super::citus::CATCH_UP
+                ),
+            ),
+            CitusCatchUpUnanswered { nodes } => IdgenError::CitusCatchUpUnanswered {
+                nodes: nodes.clone(),
+            }
+            .report(),
             RowReplicated { subscription } => Report::new(
                 ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
                 format!(

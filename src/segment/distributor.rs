@@ -80,6 +80,7 @@
 //! transaction's `search_path` is `pg_catalog, pg_temp`, so no object a user
 //! creates can change what these statements do.
 
+use super::citus_catch_up;
 use super::citus_source;
 use super::fence::{refusal, Acceptance, Central, CentralTable, Records, Seen};
 use super::policy::{granted_range, plan_range, RefillProblem};
@@ -457,6 +458,18 @@ pub fn take_range(
         if let Some(subscription) = replication::subscription_writing(client, table.oid)? {
             return Ok(Err(RefillProblem::RowReplicated { subscription }));
         }
+        let schema = quote_identifier(&table_schema(table.oid).unwrap_or_default());
+        let target = citus_catch_up::Target {
+            schema: &schema,
+            qualified_name: &table.qualified_name,
+            oid: table.oid,
+            owner: table.owner,
+        };
+        if let Err(unanswered) = citus_catch_up::before_cas(client, &target)? {
+            return Ok(Err(RefillProblem::CitusCatchUpUnanswered {
+                nodes: unanswered.0.join("; "),
+            }));
+        }
         let handed_out = handed_out.filter(|_| bound_table == 0 || bound_table == table.oid);
         let taken = as_owner(table.owner, || cas(client, &table, tag, steps, handed_out))?;
         if matches!(taken, Err(RefillProblem::NoRow)) && citus_source::serves_missing_tags() {
@@ -466,6 +479,26 @@ pub fn take_range(
             }));
         }
         Ok(taken)
+    })
+}
+
+/// `segment_citus_catch_up()`'s work, in the caller's transaction, as
+/// the caller (who reads every worker and distributed table): the rows
+/// raised, or the workers that did not answer (nothing changed).
+pub fn citus_catch_up_now(
+) -> Result<Result<Vec<citus_catch_up::Raised>, citus_catch_up::Unanswered>, pgrx::spi::Error> {
+    Spi::connect_mut(|client| {
+        let Some(table) = find_table(client)? else {
+            return Ok(Ok(Vec::new()));
+        };
+        let schema = quote_identifier(&table_schema(table.oid).unwrap_or_default());
+        let target = citus_catch_up::Target {
+            schema: &schema,
+            qualified_name: &table.qualified_name,
+            oid: table.oid,
+            owner: table.owner,
+        };
+        citus_catch_up::run(client, &target)
     })
 }
 

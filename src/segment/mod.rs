@@ -18,6 +18,8 @@
 //! * `tag`: a tag as a backend sees it: its row, its table, its DDL lock.
 //! * `citus_source`: on a Citus worker, ranges from the coordinator's
 //!   `id_segment`; on the coordinator, the answer to such a refill.
+//! * `citus_catch_up`: on the coordinator, its rows raised above what the
+//!   cluster holds before the first refill on a new timeline.
 //! * `adopt`: `segment_adopt`, a live column switched to a tag;
 //!   `rename`: `segment_rename`, a tag and its defaults renamed.
 //! * `ddl`: `segment_create`, `segment_drop`, `segment_attach` (a tag
@@ -39,6 +41,7 @@
 pub mod adopt;
 pub mod backend_block;
 pub mod chain;
+pub mod citus_catch_up;
 pub mod citus_source;
 pub mod created_here;
 pub mod ddl;

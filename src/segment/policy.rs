@@ -225,6 +225,18 @@ pub enum RefillProblem {
         server: String,
         moved: super::fence::Refusal,
     },
+    /// On the Citus coordinator, for a worker's refill: the row is below
+    /// what that worker already took from it (`seen`): the coordinator
+    /// went back.
+    CitusWentBack {
+        max_id: i64,
+        seen: i64,
+    },
+    /// On the Citus coordinator: its catch-up on a new timeline
+    /// (`citus_catch_up.rs`) did not hear from every worker.
+    CitusCatchUpUnanswered {
+        nodes: String,
+    },
     /// The postgres_fdw server does not pin the central session's settings
     /// a refill needs (`remote_session.rs`).
     RemoteSessionUnsafe {

@@ -1124,7 +1124,10 @@ fn segment_citus_range(
     ),
 > {
     if !matches!(crate::citus::node(), Ok(crate::citus::Node::Coordinator)) {
-        IdgenError::CitusNotCoordinator.raise();
+        IdgenError::CitusNotCoordinator {
+            function: "segment_citus_range",
+        }
+        .raise();
     }
     let tag = required(tag, "segment tag");
     let steps = u64::try_from(required(steps, "steps")).unwrap_or(1).max(1);
@@ -1179,6 +1182,12 @@ fn segment_citus_range(
                 // An attached tag on the coordinator: its lane is not this
                 // call's, and a worker cannot reach that central server.
                 RefillProblem::ServedByAnotherLane { .. } => RefillProblem::NoRow,
+                // Below the worker's own mark: the hint must name every
+                // worker's, which the catch-up asks for.
+                RefillProblem::MaxIdBehind { max_id, handed_out } => RefillProblem::CitusWentBack {
+                    max_id,
+                    seen: handed_out,
+                },
                 other => other,
             };
             let report = problem.stored(tag);
@@ -1200,4 +1209,37 @@ fn segment_citus_range(
         .raise(),
     };
     TableIterator::once(row)
+}
+
+/// `segment_citus_catch_up()`: on the Citus coordinator, raises every
+/// tag's row above what every worker took (`id_segment_citus.max_id_seen`)
+/// and what every distributed or reference table holds in a column whose
+/// default draws it, and records the timeline as caught up
+/// (`citus_catch_up.rs`; the first refill on a new timeline does the same
+/// by itself). Refused (08006, nothing changed) when a worker does not
+/// answer. Returns the rows it raised. Not executable by `PUBLIC`.
+#[pg_extern(volatile, parallel_unsafe)]
+fn segment_citus_catch_up() -> TableIterator<
+    'static,
+    (
+        name!(biz_tag, String),
+        name!(raised_from, i64),
+        name!(raised_to, i64),
+    ),
+> {
+    if !matches!(crate::citus::node(), Ok(crate::citus::Node::Coordinator)) {
+        IdgenError::CitusNotCoordinator {
+            function: "segment_citus_catch_up",
+        }
+        .raise();
+    }
+    match distributor::citus_catch_up_now() {
+        Ok(Ok(raised)) => TableIterator::new(raised.into_iter().map(|r| (r.tag, r.from, r.to))),
+        Ok(Err(unanswered)) => super::citus_catch_up::refuse(unanswered),
+        Err(e) => IdgenError::Internal {
+            context: "segment_citus_catch_up",
+            message: e.to_string(),
+        }
+        .raise(),
+    }
 }

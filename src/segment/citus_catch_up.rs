@@ -1,0 +1,290 @@
+//! The Citus coordinator's catch-up: its `id_segment` rows raised above
+//! every ID the cluster may already hold, before it hands out a range on a
+//! WAL timeline (or as a cluster) it has not caught up on.
+//!
+//! A coordinator that failed over to an asynchronous standby, or was
+//! restored to a point in time, lost the refills it committed last: the
+//! ranges it had handed to the workers (each worker keeps the top of what
+//! it took in `id_segment_citus.max_id_seen`) and to its own sessions,
+//! whose IDs went into distributed and reference tables, which live on
+//! the workers and survived. Each worker's fence (`citus_source.rs`)
+//! refuses a row below its own mark, but a worker that took less, and the
+//! coordinator's own sessions, would hand those IDs out again.
+//!
+//! # Invariant
+//!
+//! **No version-CAS on the coordinator's `id_segment` runs on a system
+//! identifier and timeline (`id_segment_origin`) without a row for them in
+//! `id_segment_citus_caught_up`**, and that row commits only with the
+//! rows raised to at least, per tag:
+//!
+//! * the largest `id_segment_citus.max_id_seen` of every active worker
+//!   (all must answer, else nothing is raised or recorded and the refill
+//!   is refused with 08006 until they do), and
+//! * the largest value of every integer column of a distributed or
+//!   reference table whose default draws the tag (`default_check`).
+//!
+//! A crash restart stays on its timeline and lost no commit, so it pays
+//! nothing; a promotion or a point-in-time recovery starts a timeline, and
+//! the first refill there catches up. The check takes
+//! `id_segment_citus_caught_up` in SHARE ROW EXCLUSIVE mode, so concurrent
+//! refills wait for one catch-up (or retry after the refill's short lock
+//! wait), and no CAS on the new timeline reads a row before it is raised.
+//!
+//! # What it cannot see
+//!
+//! IDs the old coordinator handed to clients that kept them elsewhere
+//! (not in a column whose default draws the tag), a column of another
+//! type, and a cold copy of the coordinator started on its old timeline:
+//! there, the workers' own fences refuse below their marks, and the DBA
+//! runs `segment_citus_catch_up()` (docs/citus.md).
+
+use crate::catalog::as_owner;
+use crate::citus::{self, Node};
+use crate::errors::IdgenError;
+use pgrx::prelude::*;
+use pgrx::spi::SpiClient;
+use std::collections::BTreeMap;
+
+use super::default_check::{tag_uses, User};
+
+/// A tag's row the catch-up raised.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Raised {
+    pub tag: String,
+    pub from: i64,
+    pub to: i64,
+}
+
+/// What stopped a catch-up: the workers that did not answer, with what
+/// Citus said (`host:port: message`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unanswered(pub Vec<String>);
+
+/// `id_segment` in `schema` (quoted), its OID and its owner, as the
+/// refill found it.
+pub struct Target<'a> {
+    pub schema: &'a str,
+    pub qualified_name: &'a str,
+    pub oid: u32,
+    pub owner: pg_sys::Oid,
+}
+
+/// Before a version-CAS: on the Citus coordinator, catches up once per
+/// timeline (see the module header). Elsewhere, or under SQL older than
+/// 0.4.0's, nothing.
+pub fn before_cas(
+    client: &mut SpiClient<'_>,
+    target: &Target<'_>,
+) -> Result<Result<(), Unanswered>, pgrx::spi::Error> {
+    if !matches!(citus::node(), Ok(Node::Coordinator)) {
+        return Ok(Ok(()));
+    }
+    let record = format!("{}.id_segment_citus_caught_up", target.schema);
+    let exists = client
+        .select(
+            "SELECT pg_catalog.to_regclass($1) IS NOT NULL",
+            Some(1),
+            &[record.clone().into()],
+        )?
+        .first()
+        .get::<bool>(1)?
+        .unwrap_or(false);
+    if !exists || caught_up(client, target.schema)? {
+        return Ok(Ok(()));
+    }
+    client.update(
+        &format!("LOCK TABLE {record} IN SHARE ROW EXCLUSIVE MODE"),
+        None,
+        &[],
+    )?;
+    if caught_up(client, target.schema)? {
+        return Ok(Ok(()));
+    }
+    Ok(run(client, target)?.map(|raised| {
+        for r in &raised {
+            pgrx::log!(
+                "pg_idgen: Citus catch-up on a new timeline raised segment tag \"{}\" from {} to {}",
+                r.tag,
+                r.from,
+                r.to
+            );
+        }
+    }))
+}
+
+/// Whether this coordinator caught up on its system identifier and
+/// timeline.
+fn caught_up(client: &SpiClient<'_>, schema: &str) -> Result<bool, pgrx::spi::Error> {
+    Ok(client
+        .select(
+            &format!(
+                "SELECT EXISTS (SELECT FROM {schema}.id_segment_citus_caught_up c \
+                                  JOIN {schema}.id_segment_origin o \
+                                    ON c.system_identifier OPERATOR(pg_catalog.=) o.system_identifier \
+                                   AND c.timeline OPERATOR(pg_catalog.=) o.timeline)"
+            ),
+            Some(1),
+            &[],
+        )?
+        .first()
+        .get::<bool>(1)?
+        .unwrap_or(false))
+}
+
+/// The catch-up itself, in the caller's transaction (the caller holds the
+/// record's lock or takes none: `segment_citus_catch_up` takes it here).
+/// Raises the rows and records the timeline, or changes nothing.
+pub fn run(
+    client: &mut SpiClient<'_>,
+    target: &Target<'_>,
+) -> Result<Result<Vec<Raised>, Unanswered>, pgrx::spi::Error> {
+    let schema = target.schema;
+    client.update(
+        &format!("LOCK TABLE {schema}.id_segment_citus_caught_up IN SHARE ROW EXCLUSIVE MODE"),
+        None,
+        &[],
+    )?;
+    let mut floors = match workers_floors(client, schema)? {
+        Ok(floors) => floors,
+        Err(unanswered) => return Ok(Err(unanswered)),
+    };
+    for (tag, held) in largest_held(client, target.oid)? {
+        let floor = floors.entry(tag).or_insert(held);
+        *floor = (*floor).max(held);
+    }
+    let mut raised = Vec::new();
+    as_owner(target.owner, || -> Result<(), pgrx::spi::Error> {
+        for (tag, floor) in &floors {
+            let rows = client.update(
+                &format!(
+                    "WITH old AS (SELECT biz_tag, max_id FROM {table} \
+                                   WHERE biz_tag OPERATOR(pg_catalog.=) $1 \
+                                     AND max_id OPERATOR(pg_catalog.<) $2 FOR UPDATE) \
+                     UPDATE {table} t SET max_id = $2, version = t.version OPERATOR(pg_catalog.+) 1, \
+                            updated_at = pg_catalog.now() \
+                       FROM old WHERE t.biz_tag OPERATOR(pg_catalog.=) old.biz_tag \
+                     RETURNING old.max_id",
+                    table = target.qualified_name
+                ),
+                None,
+                &[tag.as_str().into(), (*floor).into()],
+            )?;
+            for row in rows {
+                if let Some(from) = row.get::<i64>(1)? {
+                    raised.push(Raised {
+                        tag: tag.clone(),
+                        from,
+                        to: *floor,
+                    });
+                }
+            }
+        }
+        client.update(
+            &format!(
+                "INSERT INTO {schema}.id_segment_citus_caught_up AS c (system_identifier, timeline, raised) \
+                 SELECT system_identifier, timeline, $1 FROM {schema}.id_segment_origin \
+                 ON CONFLICT (system_identifier, timeline) DO UPDATE \
+                    SET caught_up_at = pg_catalog.clock_timestamp(), \
+                        raised = c.raised OPERATOR(pg_catalog.+) EXCLUDED.raised"
+            ),
+            None,
+            &[(raised.len() as i32).into()],
+        )?;
+        Ok(())
+    })?;
+    Ok(Ok(raised))
+}
+
+/// Per tag, the largest `id_segment_citus.max_id_seen` of the active
+/// workers, asked through Citus's own connections; every one must answer.
+fn workers_floors(
+    client: &SpiClient<'_>,
+    schema: &str,
+) -> Result<Result<BTreeMap<String, i64>, Unanswered>, pgrx::spi::Error> {
+    let command = format!(
+        "SELECT COALESCE(pg_catalog.json_object_agg(biz_tag, max_id_seen), '{{}}')::pg_catalog.text \
+           FROM {schema}.id_segment_citus"
+    );
+    let mut answers = Vec::new();
+    let mut unanswered = Vec::new();
+    let rows = client.select(
+        "SELECT nodename OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) nodeport, success, result \
+           FROM pg_catalog.run_command_on_workers($1)",
+        None,
+        &[command.into()],
+    )?;
+    for row in rows {
+        let node = row.get::<String>(1)?.unwrap_or_default();
+        let result = row.get::<String>(3)?.unwrap_or_default();
+        match row.get::<bool>(2)? {
+            Some(true) => answers.push(result),
+            _ => unanswered.push(format!("{node}: {result}")),
+        }
+    }
+    if !unanswered.is_empty() {
+        return Ok(Err(Unanswered(unanswered)));
+    }
+    let mut floors = BTreeMap::new();
+    let rows = client.select(
+        "SELECT e.key, pg_catalog.max(e.value::pg_catalog.int8) \
+           FROM pg_catalog.unnest($1::pg_catalog.text[]) a(answer), \
+                pg_catalog.json_each_text(a.answer::pg_catalog.json) e \
+          GROUP BY e.key",
+        None,
+        &[answers.into()],
+    )?;
+    for row in rows {
+        if let (Some(tag), Some(floor)) = (row.get::<String>(1)?, row.get::<i64>(2)?) {
+            floors.insert(tag, floor);
+        }
+    }
+    Ok(Ok(floors))
+}
+
+/// Per tag, the largest value held by an integer column of a distributed
+/// or reference table whose default draws it from the `id_segment` with
+/// OID `table_oid`. Read as the calling role (the refill worker's, or
+/// the one Citus connects as: the owner of the extension).
+fn largest_held(
+    client: &SpiClient<'_>,
+    table_oid: u32,
+) -> Result<BTreeMap<String, i64>, pgrx::spi::Error> {
+    let mut held = BTreeMap::new();
+    for tag_use in tag_uses(table_oid, None) {
+        let User::Column { table, column, .. } = &tag_use.user else {
+            continue;
+        };
+        let query = client
+            .select(
+                "SELECT pg_catalog.format('SELECT pg_catalog.max(%I)::pg_catalog.int8 FROM %s', \
+                                          a.attname, a.attrelid::pg_catalog.regclass) \
+                   FROM pg_catalog.pg_attribute a \
+                   JOIN pg_catalog.pg_dist_partition p ON p.logicalrelid OPERATOR(pg_catalog.=) a.attrelid \
+                  WHERE a.attrelid OPERATOR(pg_catalog.=) $1::pg_catalog.regclass \
+                    AND a.attname OPERATOR(pg_catalog.=) $2 \
+                    AND a.atttypid OPERATOR(pg_catalog.=) ANY ('{int2,int4,int8}'::pg_catalog.regtype[])",
+                Some(1),
+                &[table.as_str().into(), column.as_str().into()],
+            )?
+            .first()
+            .get::<String>(1)
+            .ok()
+            .flatten();
+        let Some(query) = query else { continue };
+        let largest = client.select(&query, Some(1), &[])?.first().get::<i64>(1)?;
+        if let Some(largest) = largest {
+            let entry = held.entry(tag_use.tag.clone()).or_insert(largest);
+            *entry = (*entry).max(largest);
+        }
+    }
+    Ok(held)
+}
+
+/// Raises `IdgenError::CitusCatchUpUnanswered` for `unanswered`.
+pub fn refuse(unanswered: Unanswered) -> ! {
+    IdgenError::CitusCatchUpUnanswered {
+        nodes: unanswered.0.join("; "),
+    }
+    .raise()
+}
