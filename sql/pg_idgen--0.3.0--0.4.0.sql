@@ -122,6 +122,7 @@ CREATE FUNCTION segment_citus_range(tag text, steps bigint, floor bigint) RETURN
 REVOKE ALL ON FUNCTION segment_citus_range(text, bigint, bigint) FROM PUBLIC;
 COMMENT ON FUNCTION segment_citus_range(text, bigint, bigint) IS 'pg_idgen: on the Citus coordinator, a range of a tag for a worker''s refill';
 CREATE FUNCTION segment_citus_catch_up() RETURNS TABLE (biz_tag text, raised_from bigint, raised_to bigint)
+    STRICT
     VOLATILE PARALLEL UNSAFE
     LANGUAGE c AS 'MODULE_PATHNAME', 'segment_citus_catch_up_wrapper';
 REVOKE ALL ON FUNCTION segment_citus_catch_up() FROM PUBLIC;

@@ -1154,6 +1154,15 @@ fn segment_citus_range(
                 true => IdgenError::RefillRowLocked { central: None }.stored(),
                 false => caught,
             };
+            // The worker's hint may send the DBA to this server's log; a
+            // row locked for a moment is routine and retried.
+            if !locked {
+                pgrx::log!(
+                    "pg_idgen: a Citus worker's refill of segment tag \"{tag}\" failed here: {} (hint: {})",
+                    e.message,
+                    e.hint
+                );
+            }
             return TableIterator::once((
                 None,
                 None,
