@@ -34,7 +34,7 @@ BEGIN
     IF dependents IS NOT NULL THEN
         RAISE EXCEPTION 'pg_idgen 0.4.0 makes segment_status, snowflake_status and segment_create anew, and % depends on them', dependents
             USING ERRCODE = 'dependent_objects_still_exist',
-                  HINT = 'Keep each one''s definition (pg_get_viewdef or pg_get_functiondef), drop it, run ALTER EXTENSION pg_idgen UPDATE again and create it from the definition; the update changed nothing.';
+                  HINT = 'Keep each one''s definition (a view''s from pg_get_viewdef, a function''s from pg_get_functiondef, a policy''s from pg_policies, a column default''s from pg_get_expr of pg_attrdef), drop it, run ALTER EXTENSION pg_idgen UPDATE again and create it from the definition; the update changed nothing.';
     END IF;
 END
 $$;

@@ -928,6 +928,10 @@ mod tests {
                 user: s("the default of column t.id"),
                 tag: tag(),
             },
+            DefaultOfUnknownTag {
+                user: s("the default of column t.id"),
+                tag: "x".repeat(100),
+            },
             BadStep { step: 0 },
             BadStart { start: 0 },
             BadCount { n: -1 },

@@ -6,7 +6,9 @@
 
 use pgrx::pg_sys::errcodes::PgSqlErrorCode::*;
 
-use super::{misrouted, quote_identifier, quote_literal, IdgenError, Report};
+use super::{
+    misrouted, quote_identifier, quote_literal, truncate_utf8, IdgenError, Report, TAG_MAX_BYTES,
+};
 
 /// The hint of a tag whose IDs ran out (`TagExhausted`, and a refill's
 /// `RefillProblem::Exhausted`).
@@ -60,6 +62,15 @@ pub(super) fn report(error: &IdgenError) -> Report {
                 "Change it first ({undo}), or drop the tag anyway with SELECT segment_drop({}, force => true) (INSERTs that take the default then fail until the tag exists again).",
                 quote_literal(tag)
             ),
+        ),
+        DefaultOfUnknownTag { user, tag } if tag.is_empty() || tag.len() > TAG_MAX_BYTES => Report::new(
+            ERRCODE_WARNING,
+            format!(
+                "{user} draws from segment tag \"{}...\", which cannot exist: a tag is 1 to {TAG_MAX_BYTES} bytes, and this one is {}",
+                truncate_utf8(tag, 20),
+                tag.len()
+            ),
+            format!("INSERTs that take the default fail: give the default a tag of 1 to {TAG_MAX_BYTES} bytes (ALTER TABLE ... ALTER COLUMN ... SET DEFAULT segment_nextval('<tag>')), and create that tag with segment_create."),
         ),
         DefaultOfUnknownTag { user, tag } => Report::new(
             ERRCODE_WARNING,

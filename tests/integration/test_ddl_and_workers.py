@@ -593,6 +593,13 @@ def test_tag_dependencies_hold_for_a_role_without_access_to_id_segment(make_clus
         assert notices == [("01000", 'the default of column "id" of table typo draws from segment tag '
                                      '"ordres", which does not exist')]
         notices.clear()
+        # A tag no segment_create can make: the hint does not suggest one.
+        hints = []
+        conn.add_notice_handler(lambda d: hints.append(d.message_hint))
+        conn.execute("CREATE TABLE too_long (id bigint DEFAULT segment_nextval('%s'))" % ("x" * 100))
+        assert [n[0] for n in notices] == ["01000"] and "which cannot exist" in notices[0][1], notices
+        assert "segment_create('xxx" not in hints[0] and "1 to 64 bytes" in hints[0], hints
+        notices.clear()
         # Rolled back: nothing to warn about.
         conn.execute("BEGIN")
         conn.execute("CREATE TABLE gone (id bigint DEFAULT segment_nextval('nope'))")
