@@ -44,24 +44,25 @@ $$;
 -- here and given again at the end of the update, which must not take away
 -- what was granted.
 CREATE TEMPORARY TABLE pg_idgen_update_grants AS
-SELECT kept.object, kept.column_name, acl.grantee, acl.privilege_type, acl.is_grantable
-FROM (SELECT 'FUNCTION segment_create(text, bigint, int, boolean)' AS object, NULL::pg_catalog.name AS column_name,
-             p.proowner AS owner, p.proacl AS acl
+SELECT kept.kind, kept.target, kept.column_name, kept.owner, acl.grantor, acl.grantee,
+       acl.privilege_type, acl.is_grantable, false AS done
+FROM (SELECT 'FUNCTION' AS kind, 'segment_create(text, bigint, int, boolean)' AS target,
+             NULL::pg_catalog.name AS column_name, p.proowner AS owner, p.proacl AS acl
         FROM pg_catalog.pg_proc p
        WHERE p.oid = 'segment_create(text, bigint, int)'::pg_catalog.regprocedure
       UNION ALL
-      SELECT 'FUNCTION ' || p.proname || '()', NULL, p.proowner, p.proacl
+      SELECT 'FUNCTION', p.proname || '()', NULL, p.proowner, p.proacl
         FROM pg_catalog.pg_proc p
        WHERE p.oid IN ('snowflake_status()'::pg_catalog.regprocedure,
                        'segment_status()'::pg_catalog.regprocedure)
       UNION ALL
-      SELECT 'TABLE ' || c.relname, NULL, c.relowner, c.relacl
+      SELECT 'TABLE', c.relname, NULL, c.relowner, c.relacl
         FROM pg_catalog.pg_class c
        WHERE c.oid IN ('snowflake_status'::pg_catalog.regclass,
                        'segment_status'::pg_catalog.regclass)
       UNION ALL
       -- Grants on single columns of the views.
-      SELECT 'TABLE ' || c.relname, a.attname, c.relowner, a.attacl
+      SELECT 'TABLE', c.relname, a.attname, c.relowner, a.attacl
         FROM pg_catalog.pg_class c
         JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND a.attacl IS NOT NULL
        WHERE c.oid IN ('snowflake_status'::pg_catalog.regclass,
@@ -384,17 +385,45 @@ CREATE FUNCTION segment_rename(old text, new text) RETURNS void
 REVOKE ALL ON FUNCTION segment_rename(text, text) FROM PUBLIC;
 COMMENT ON FUNCTION segment_rename(text, text) IS 'pg_idgen: renames a segment tag, keeping its position, and makes the defaults that draw from it draw from the new name';
 
--- The grants kept at the top, given again on the objects made anew.
+-- The grants kept at the top, given again on the objects made anew, each
+-- by its grantor: the owner's first, then a role's that held the grant
+-- option WITH GRANT OPTION once that grant is back (as the role, so that
+-- REVOKE ... CASCADE of its option still takes them away). One whose
+-- grantor has no option left to give it (none expected) is given by the
+-- owner: no grant is lost.
 DO $$
 DECLARE
     g record;
+    progress boolean;
+    can_give boolean;
+    updater text := pg_catalog.quote_ident(current_user);
 BEGIN
-    FOR g IN SELECT * FROM pg_idgen_update_grants LOOP
-        EXECUTE pg_catalog.format('GRANT %s%s ON %s TO %s%s', g.privilege_type,
-            CASE WHEN g.column_name IS NULL THEN '' ELSE pg_catalog.format(' (%I)', g.column_name) END,
-            g.object,
-            CASE g.grantee WHEN 0 THEN 'PUBLIC' ELSE g.grantee::pg_catalog.regrole::pg_catalog.text END,
-            CASE WHEN g.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+    FOR last_resort IN 0..1 LOOP
+        IF last_resort = 1 THEN
+            UPDATE pg_idgen_update_grants SET grantor = owner WHERE NOT done;
+        END IF;
+        progress := true;
+        WHILE progress LOOP
+            progress := false;
+            FOR g IN SELECT ctid AS row_id, * FROM pg_idgen_update_grants WHERE NOT done LOOP
+                IF g.grantor <> g.owner THEN
+                    can_give := CASE
+                        WHEN g.column_name IS NOT NULL THEN pg_catalog.has_column_privilege(g.grantor, g.target, g.column_name, g.privilege_type || ' WITH GRANT OPTION')
+                        WHEN g.kind = 'FUNCTION' THEN pg_catalog.has_function_privilege(g.grantor, g.target, g.privilege_type || ' WITH GRANT OPTION')
+                        ELSE pg_catalog.has_table_privilege(g.grantor, g.target, g.privilege_type || ' WITH GRANT OPTION') END;
+                    CONTINUE WHEN NOT can_give;
+                    EXECUTE 'SET ROLE ' || g.grantor::pg_catalog.regrole::pg_catalog.text;
+                END IF;
+                EXECUTE pg_catalog.format('GRANT %s%s ON %s %s TO %s%s', g.privilege_type,
+                    CASE WHEN g.column_name IS NULL THEN '' ELSE pg_catalog.format(' (%I)', g.column_name) END,
+                    g.kind, g.target,
+                    CASE g.grantee WHEN 0 THEN 'PUBLIC' ELSE g.grantee::pg_catalog.regrole::pg_catalog.text END,
+                    CASE WHEN g.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+                EXECUTE 'SET ROLE ' || updater;
+                UPDATE pg_idgen_update_grants SET done = true WHERE ctid = g.row_id;
+                progress := true;
+            END LOOP;
+        END LOOP;
     END LOOP;
 END
 $$;

@@ -472,6 +472,10 @@ def test_the_0_4_0_update_keeps_grants_and_refuses_first_when_a_view_needs_what_
         "CREATE FUNCTION my_status() RETURNS SETOF segment_status LANGUAGE sql AS 'SELECT * FROM segment_status'",
         "CREATE ROLE carol",
         "GRANT SELECT (tag, remaining_in_range) ON segment_status TO carol",
+        # A grant by a role holding the grant option, not by the owner.
+        "CREATE ROLE ops_lead", "CREATE ROLE ops",
+        "GRANT SELECT ON snowflake_status TO ops_lead WITH GRANT OPTION",
+        "SET ROLE ops_lead; GRANT SELECT ON snowflake_status TO ops; RESET ROLE",
     ]:
         c.sql(statement, dbname=db)
     c.restart()  # the current library, which the 0.4.0 functions need
@@ -500,6 +504,13 @@ def test_the_0_4_0_update_keeps_grants_and_refuses_first_when_a_view_needs_what_
         "SELECT has_column_privilege('carol', 'segment_status', 'remaining_in_range', 'SELECT'), "
         "has_column_privilege('carol', 'segment_status', 'next_id', 'SELECT')",
         dbname=db) == [(True, False)]
+    # Each grant by its grantor: revoking ops_lead's option takes ops's away.
+    assert c.sql("SELECT a.grantor::regrole::text FROM pg_class c, aclexplode(c.relacl) a "
+                 "WHERE c.oid = 'snowflake_status'::regclass AND a.grantee = 'ops'::regrole",
+                 dbname=db) == [("ops_lead",)]
+    c.sql("REVOKE GRANT OPTION FOR SELECT ON snowflake_status FROM ops_lead CASCADE", dbname=db)
+    assert c.sql("SELECT has_table_privilege('ops', 'snowflake_status', 'SELECT'), "
+                 "has_table_privilege('ops_lead', 'snowflake_status', 'SELECT')", dbname=db) == [(False, True)]
     # The update leaves nothing of its own behind.
     assert c.sql("SELECT count(*) FROM pg_class WHERE relname = 'pg_idgen_update_grants'",
                  dbname=db) == [(0,)]
