@@ -464,9 +464,14 @@ def header(machine, command, mode):
             f"{m['cores']} cores ({m['cpu']}), {m['memory_gb']} GB, {m['postgres']}, {m['rustc']}.")
 
 
-def run_label(machine):
-    """The run, in a corner of every plot."""
-    return f"{machine['date']}, commit {machine['commit']}, {machine['postgres'].split(' (')[0]}"
+def finish_figure(plt, fig, machine, out, filename):
+    """Writes a plot: the run (date, commit, PostgreSQL) in its corner,
+    laid out, saved as `out/filename`, closed."""
+    label = f"{machine['date']}, commit {machine['commit']}, {machine['postgres'].split(' (')[0]}"
+    fig.text(0.995, 0.005, label, ha="right", va="bottom", fontsize=6, color="gray")
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, filename), dpi=110)
+    plt.close(fig)
 
 
 def write_results(out, part, results, table, plots=None, plot_names=""):
@@ -617,10 +622,7 @@ def plots(results, out):
     ax.set_title("INSERT throughput by key generator")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.text(0.995, 0.005, run_label(results["machine"]), ha="right", va="bottom", fontsize=6, color="gray")
-    fig.tight_layout()
-    fig.savefig(os.path.join(out, "tps.png"), dpi=110)
-    plt.close(fig)
+    finish_figure(plt, fig, results["machine"], out, "tps.png")
 
     def percentile_bars(series, title, filename):
         fig, ax = plt.subplots(figsize=(8, 4.5))
@@ -634,10 +636,7 @@ def plots(results, out):
         ax.set_title(title)
         ax.grid(alpha=0.3, axis="y")
         ax.legend(fontsize=8)
-        fig.text(0.995, 0.005, run_label(results["machine"]), ha="right", va="bottom", fontsize=6, color="gray")
-        fig.tight_layout()
-        fig.savefig(os.path.join(out, filename), dpi=110)
-        plt.close(fig)
+        finish_figure(plt, fig, results["machine"], out, filename)
 
     percentile_bars({label: r["8"]["latency_ms"] for label, r in results["insert"].items()},
                     "INSERT latency percentiles at 8 clients", "latency.png")

@@ -36,7 +36,7 @@ import time
 # bench.py puts tests/lib on the path: import it first.
 from bench import (PGEDGE_SNOWFLAKE_AFTER, REPO, bench_command, describe_machine, header, parse_run_args,
                    pgedge_snowflake, pgedge_snowflake_conf, pgedge_snowflake_note, pgedge_snowflake_setup,
-                   progress, run_label, uuid_generators, with_after, write_results)
+                   progress, finish_figure, uuid_generators, with_after, write_results)
 from cluster import Cluster
 
 sys.path.insert(0, os.path.join(REPO, "examples"))
@@ -259,10 +259,7 @@ def plot(results, out):
     right.set_ylabel("IDs per second, one connection (log scale)")
     right.set_title("IDs from a client")
     right.grid(alpha=0.3, axis="y")
-    fig.text(0.995, 0.005, run_label(results["machine"]), ha="right", va="bottom", fontsize=6, color="gray")
-    fig.tight_layout()
-    fig.savefig(os.path.join(out, "bulk.png"), dpi=110)
-    plt.close(fig)
+    finish_figure(plt, fig, results["machine"], out, "bulk.png")
 
 
 def main():

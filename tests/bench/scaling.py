@@ -48,7 +48,7 @@ import time
 # bench.py puts tests/lib on the path: import it first.
 from bench import (PGEDGE_SNOWFLAKE_AFTER, bench_command, describe_machine, header, parse_run_args,
                    pgbench, pgedge_snowflake, pgedge_snowflake_conf, pgedge_snowflake_note,
-                   pgedge_snowflake_setup, progress, run_label, table_name, with_after, write_results)
+                   pgedge_snowflake_setup, progress, finish_figure, table_name, with_after, write_results)
 from cluster import Cluster
 
 MODES = {
@@ -323,10 +323,7 @@ def plot(results, out):
     right.set_title(f"Scaling, 1 → {top} clients")
     right.grid(alpha=0.3, axis="x")
     right.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2)
-    fig.text(0.995, 0.005, run_label(results["machine"]), ha="right", va="bottom", fontsize=6, color="gray")
-    fig.tight_layout()
-    fig.savefig(os.path.join(out, "scaling.png"), dpi=110)
-    plt.close(fig)
+    finish_figure(plt, fig, results["machine"], out, "scaling.png")
 
 
 def main():
