@@ -94,7 +94,7 @@ COMMENT ON COLUMN id_segment_citus.max_id_seen IS 'the largest coordinator max_i
 COMMENT ON COLUMN id_segment_citus.updated_at IS 'when the last refill from the coordinator raised it';
 SELECT pg_catalog.pg_extension_config_dump('id_segment_citus', '');
 -- On the Citus coordinator: each system identifier and WAL timeline on
--- which it raised its rows above what the cluster holds, before its first
+-- which it raised its rows above what every worker took, before its first
 -- refill there (src/segment/citus_catch_up.rs): a failover or a
 -- point-in-time recovery starts a timeline without a row. Not dumped: a
 -- restored cluster catches up again.
@@ -105,7 +105,7 @@ CREATE TABLE id_segment_citus_caught_up (
     raised            int         NOT NULL,
     PRIMARY KEY (system_identifier, timeline)
 );
-COMMENT ON TABLE id_segment_citus_caught_up IS 'pg_idgen: on the Citus coordinator, each timeline on which its rows were raised above what every worker took and every distributed table holds';
+COMMENT ON TABLE id_segment_citus_caught_up IS 'pg_idgen: on the Citus coordinator, each timeline on which its rows were raised above what every worker took';
 COMMENT ON COLUMN id_segment_citus_caught_up.system_identifier IS 'this cluster''s system identifier then';
 COMMENT ON COLUMN id_segment_citus_caught_up.timeline IS 'its WAL timeline then';
 COMMENT ON COLUMN id_segment_citus_caught_up.caught_up_at IS 'when the catch-up ran (the latest, if segment_citus_catch_up() ran again)';

@@ -127,7 +127,7 @@ ALTER TABLE snowflake_high_water ENABLE ALWAYS TRIGGER snowflake_high_water_neve
 COMMENT ON FUNCTION segment_nextval(text, int) IS 'pg_idgen: n IDs of a segment tag, increasing, taken from shared memory a block at a time';
 COMMENT ON FUNCTION segment_create(text, bigint, int, boolean) IS 'pg_idgen: adds a segment tag (its row in id_segment); the first ID handed out is start; refused on a Citus worker unless forced';
 COMMENT ON FUNCTION segment_citus_range(text, bigint, bigint) IS 'pg_idgen: on the Citus coordinator, a range of a tag for a worker''s refill';
-COMMENT ON FUNCTION segment_citus_catch_up() IS 'pg_idgen: on the Citus coordinator, raises every tag above what every worker took and every distributed table holds (after a failover or restore)';
+COMMENT ON FUNCTION segment_citus_catch_up() IS 'pg_idgen: on the Citus coordinator, raises every tag above what every worker took (after a failover or restore)';
 COMMENT ON FUNCTION segment_drop(text, boolean) IS 'pg_idgen: removes a segment tag (or its attachment) and the IDs cached for it; refused while a column default uses it, unless forced';
 COMMENT ON FUNCTION segment_attach(text, text, text, text) IS 'pg_idgen: from now on the tag''s ranges come from a central server''s id_segment through postgres_fdw';
 COMMENT ON FUNCTION segment_rename(text, text) IS 'pg_idgen: renames a segment tag, keeping its position, and makes the defaults that draw from it draw from the new name';

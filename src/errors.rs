@@ -238,6 +238,20 @@ pub enum IdgenError {
     CitusCatchUpUnanswered {
         nodes: String,
     },
+    /// `segment_create` on the Citus coordinator at or below what a worker
+    /// already took of a tag of that name.
+    CitusCreateBelowWorkers {
+        tag: String,
+        start: i64,
+        floor: i64,
+        step: i32,
+    },
+    /// `segment_create` on the Citus coordinator while a worker does not
+    /// say what it took of the tag.
+    CitusCreateUnanswered {
+        tag: String,
+        nodes: String,
+    },
     /// A Citus function asked to distribute one of the extension's tables.
     CitusExtensionTable {
         table: String,
@@ -757,6 +771,8 @@ impl IdgenError {
             | CitusCreateOnWorker { .. }
             | CitusNotCoordinator { .. }
             | CitusCatchUpUnanswered { .. }
+            | CitusCreateBelowWorkers { .. }
+            | CitusCreateUnanswered { .. }
             | CitusExtensionTable { .. } => citus::report(self),
             NotPreloaded
             | BadSetting { .. }
@@ -1063,6 +1079,22 @@ mod tests {
                 function: "segment_citus_catch_up",
             },
             CitusCatchUpUnanswered {
+                nodes: s("127.0.0.1:9702: connection refused"),
+            },
+            CitusCreateBelowWorkers {
+                tag: tag(),
+                start: 1,
+                floor: 5700,
+                step: 100,
+            },
+            CitusCreateBelowWorkers {
+                tag: tag(),
+                start: 1,
+                floor: 5700,
+                step: 1000,
+            },
+            CitusCreateUnanswered {
+                tag: tag(),
                 nodes: s("127.0.0.1:9702: connection refused"),
             },
             CitusExtensionTable {

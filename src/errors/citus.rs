@@ -77,9 +77,28 @@ pub(super) fn report(error: &IdgenError) -> Report {
                 "segment tag \"{tag}\" does not exist on the Citus coordinator, where this worker takes its ranges"
             ),
             format!(
-                "Create it on the coordinator, where every node takes its ranges from, above what every node already took of it (a coordinator that failed over or was restored may have lost it): BEGIN; SELECT segment_create({}); {CATCH_UP} COMMIT; — on the coordinator, not here.",
+                "Create it on the coordinator, where every node takes its ranges from: SELECT segment_create({}); — on the coordinator, not here. It starts above what any worker already took of it (a tag the coordinator lost in a failover or restore), or says which start to use.",
                 quote_literal(tag)
             ),
+        ),
+        CitusCreateBelowWorkers { tag, start, floor, step } => Report::new(
+            ERRCODE_INVALID_PARAMETER_VALUE,
+            format!(
+                "segment tag \"{tag}\" cannot start at {start}: a Citus worker already took its IDs up to {floor} (from a tag of that name dropped, or lost with a failover or restore of the coordinator)"
+            ),
+            format!(
+                "Start it above them: SELECT segment_create({}, start => {}{});",
+                quote_literal(tag),
+                floor.saturating_add(1),
+                if *step == 1000 { String::new() } else { format!(", step => {step}") }
+            ),
+        ),
+        CitusCreateUnanswered { tag, nodes } => Report::new(
+            ERRCODE_CONNECTION_FAILURE,
+            format!(
+                "segment tag \"{tag}\" cannot be created on the Citus coordinator while a worker does not say what it took of it ({nodes})"
+            ),
+            "A worker may keep IDs of a tag of this name (dropped, or lost with a failover), and the new row must start above them; nothing was created. Bring the workers back (SELECT * FROM citus_check_cluster_node_health();) and create it again.",
         ),
         CitusCreateOnWorker { tag } => Report::new(
             ERRCODE_FEATURE_NOT_SUPPORTED,
@@ -101,10 +120,7 @@ pub(super) fn report(error: &IdgenError) -> Report {
             format!(
                 "the Citus coordinator cannot catch up its segment tags: not every worker said what it took ({nodes})"
             ),
-            format!(
-                "On a new timeline (a failover, a point-in-time recovery) the coordinator hands out no range until every active worker has answered, since one that took IDs it lost may be among them; nothing was changed. Bring those workers back (SELECT * FROM citus_check_cluster_node_health();); refills are retried, or run {} on the coordinator.",
-                CATCH_UP
-            ),
+            "On a new timeline (a failover, a point-in-time recovery) the coordinator hands out no range until every primary worker has said what it took, since one that took IDs the coordinator lost may be among them; nothing was changed. Bring those workers back (SELECT * FROM citus_check_cluster_node_health();), and activate a disabled one again (SELECT citus_activate_node('<host>', <port>);); refills are retried by themselves.",
         ),
         CitusExtensionTable { table, function } => Report::new(
             ERRCODE_FEATURE_NOT_SUPPORTED,

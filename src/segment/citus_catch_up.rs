@@ -1,28 +1,30 @@
 //! The Citus coordinator's catch-up: its `id_segment` rows raised above
-//! every ID the cluster may already hold, before it hands out a range on a
-//! WAL timeline (or as a cluster) it has not caught up on.
+//! every range a worker took, before it hands out a range on a WAL
+//! timeline (or as a cluster) it has not caught up on; and the floor a
+//! new tag must start above.
 //!
 //! A coordinator that failed over to an asynchronous standby, or was
-//! restored to a point in time, lost the refills it committed last: the
-//! ranges it had handed to the workers (each worker keeps the top of what
-//! it took in `id_segment_citus.max_id_seen`) and to its own sessions,
-//! whose IDs went into distributed and reference tables, which live on
-//! the workers and survived. Each worker's fence (`citus_source.rs`)
-//! refuses a row below its own mark, but a worker that took less, and the
-//! coordinator's own sessions, would hand those IDs out again.
+//! restored to a point in time, lost the refills it committed last,
+//! among them ranges it had handed to the workers. Each worker keeps the
+//! top of what it took in `id_segment_citus.max_id_seen` and its fence
+//! (`citus_source.rs`) refuses a row below that mark; but a worker that
+//! took less, and the coordinator's own sessions, would hand those IDs
+//! out again.
 //!
-//! # Invariant
+//! # Invariants
 //!
-//! **No version-CAS on the coordinator's `id_segment` runs on a system
-//! identifier and timeline (`id_segment_origin`) without a row for them in
-//! `id_segment_citus_caught_up`**, and that row commits only with the
-//! rows raised to at least, per tag:
-//!
-//! * the largest `id_segment_citus.max_id_seen` of every active worker
-//!   (all must answer, else nothing is raised or recorded and the refill
-//!   is refused with 08006 until they do), and
-//! * the largest value of every integer column of a distributed or
-//!   reference table whose default draws the tag (`default_check`).
+//! 1. **No version-CAS on the coordinator's `id_segment` runs on a system
+//!    identifier and timeline (`id_segment_origin`) without a row for them
+//!    in `id_segment_citus_caught_up`**, and that row commits only with
+//!    every tag's row raised to at least the largest
+//!    `id_segment_citus.max_id_seen` of every primary worker in
+//!    `pg_dist_node`. All must answer — a disabled worker cannot, and
+//!    counts as not answering — else nothing is raised or recorded and the
+//!    refill is refused with 08006 until they do.
+//! 2. **`segment_create` on the coordinator starts a tag above every
+//!    worker's mark of it** (a tag dropped and made again, or lost with a
+//!    failover), or refuses, naming the start to use; it refuses as well
+//!    while a worker does not answer.
 //!
 //! A crash restart stays on its timeline and lost no commit, so it pays
 //! nothing; a promotion or a point-in-time recovery starts a timeline, and
@@ -31,13 +33,16 @@
 //! refills wait for one catch-up (or retry after the refill's short lock
 //! wait), and no CAS on the new timeline reads a row before it is raised.
 //!
-//! # What it cannot see
+//! # What it does not see
 //!
-//! IDs the old coordinator handed to clients that kept them elsewhere
-//! (not in a column whose default draws the tag), a column of another
-//! type, and a cold copy of the coordinator started on its old timeline:
-//! there, the workers' own fences refuse below their marks, and the DBA
-//! runs `segment_citus_catch_up()` (docs/citus.md).
+//! IDs from ranges the old coordinator took for its own sessions and lost:
+//! they are recorded nowhere but in the rows that hold them, which the
+//! catch-up does not read (a table's rows are its owner's to read, and
+//! whatever code a table runs with them). A native sequence repeats them
+//! too; docs/citus.md gives the step after an asynchronous failover. Nor a
+//! cold copy of the coordinator started on its old timeline: there the
+//! workers' own fences refuse below their marks, and the DBA runs
+//! `segment_citus_catch_up()`.
 
 use crate::catalog::as_owner;
 use crate::citus::{self, Node};
@@ -45,8 +50,6 @@ use crate::errors::IdgenError;
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 use std::collections::BTreeMap;
-
-use super::default_check::{tag_uses, User};
 
 /// A tag's row the catch-up raised.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,12 +64,11 @@ pub struct Raised {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Unanswered(pub Vec<String>);
 
-/// `id_segment` in `schema` (quoted), its OID and its owner, as the
-/// refill found it.
+/// `id_segment` in `schema` (quoted), and its owner, as the refill found
+/// it.
 pub struct Target<'a> {
     pub schema: &'a str,
     pub qualified_name: &'a str,
-    pub oid: u32,
     pub owner: pg_sys::Oid,
 }
 
@@ -145,14 +147,10 @@ pub fn run(
         None,
         &[],
     )?;
-    let mut floors = match workers_floors(client, schema)? {
+    let floors = match workers_floors(client, schema)? {
         Ok(floors) => floors,
         Err(unanswered) => return Ok(Err(unanswered)),
     };
-    for (tag, held) in largest_held(client, target.oid)? {
-        let floor = floors.entry(tag).or_insert(held);
-        *floor = (*floor).max(held);
-    }
     let mut raised = Vec::new();
     as_owner(target.owner, || -> Result<(), pgrx::spi::Error> {
         for (tag, floor) in &floors {
@@ -196,7 +194,7 @@ pub fn run(
     Ok(Ok(raised))
 }
 
-/// Per tag, the largest `id_segment_citus.max_id_seen` of the active
+/// Per tag, the largest `id_segment_citus.max_id_seen` of the primary
 /// workers, asked through Citus's own connections; every one must answer.
 fn workers_floors(
     client: &SpiClient<'_>,
@@ -222,6 +220,20 @@ fn workers_floors(
             _ => unanswered.push(format!("{node}: {result}")),
         }
     }
+    // run_command_on_workers asks the active ones only.
+    for row in client.select(
+        "SELECT nodename OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) nodeport \
+           FROM pg_catalog.pg_dist_node \
+          WHERE NOT isactive AND noderole OPERATOR(pg_catalog.=) 'primary' \
+            AND groupid OPERATOR(pg_catalog.<>) 0",
+        None,
+        &[],
+    )? {
+        let node = row.get::<String>(1)?.unwrap_or_default();
+        unanswered.push(format!(
+            "{node}: disabled (citus_disable_node), so it cannot be asked"
+        ));
+    }
     if !unanswered.is_empty() {
         return Ok(Err(Unanswered(unanswered)));
     }
@@ -242,43 +254,32 @@ fn workers_floors(
     Ok(Ok(floors))
 }
 
-/// Per tag, the largest value held by an integer column of a distributed
-/// or reference table whose default draws it from the `id_segment` with
-/// OID `table_oid`. Read as the calling role (the refill worker's, or
-/// the one Citus connects as: the owner of the extension).
-fn largest_held(
-    client: &SpiClient<'_>,
-    table_oid: u32,
-) -> Result<BTreeMap<String, i64>, pgrx::spi::Error> {
-    let mut held = BTreeMap::new();
-    for tag_use in tag_uses(table_oid, None) {
-        let User::Column { table, column, .. } = &tag_use.user else {
-            continue;
-        };
-        let query = client
+/// On the Citus coordinator (under 0.4.0's SQL), the largest mark any
+/// worker keeps of `tag` — `None` where none has one, or elsewhere.
+/// `schema`: the extension's, quoted.
+pub fn workers_floor_of(
+    schema: &str,
+    tag: &str,
+) -> Result<Result<Option<i64>, Unanswered>, pgrx::spi::Error> {
+    if !matches!(citus::node(), Ok(Node::Coordinator)) {
+        return Ok(Ok(None));
+    }
+    Spi::connect(|client| {
+        let record = format!("{schema}.id_segment_citus_caught_up");
+        let current = client
             .select(
-                "SELECT pg_catalog.format('SELECT pg_catalog.max(%I)::pg_catalog.int8 FROM %s', \
-                                          a.attname, a.attrelid::pg_catalog.regclass) \
-                   FROM pg_catalog.pg_attribute a \
-                   JOIN pg_catalog.pg_dist_partition p ON p.logicalrelid OPERATOR(pg_catalog.=) a.attrelid \
-                  WHERE a.attrelid OPERATOR(pg_catalog.=) $1::pg_catalog.regclass \
-                    AND a.attname OPERATOR(pg_catalog.=) $2 \
-                    AND a.atttypid OPERATOR(pg_catalog.=) ANY ('{int2,int4,int8}'::pg_catalog.regtype[])",
+                "SELECT pg_catalog.to_regclass($1) IS NOT NULL",
                 Some(1),
-                &[table.as_str().into(), column.as_str().into()],
+                &[record.into()],
             )?
             .first()
-            .get::<String>(1)
-            .ok()
-            .flatten();
-        let Some(query) = query else { continue };
-        let largest = client.select(&query, Some(1), &[])?.first().get::<i64>(1)?;
-        if let Some(largest) = largest {
-            let entry = held.entry(tag_use.tag.clone()).or_insert(largest);
-            *entry = (*entry).max(largest);
+            .get::<bool>(1)?
+            .unwrap_or(false);
+        if !current {
+            return Ok(Ok(None));
         }
-    }
-    Ok(held)
+        Ok(workers_floors(client, schema)?.map(|floors| floors.get(tag).copied()))
+    })
 }
 
 /// Raises `IdgenError::CitusCatchUpUnanswered` for `unanswered`.

@@ -7,7 +7,9 @@
 //! `segment_create` and `segment_attach` of one tag serialise on the tag's
 //! lock (`tag::lock_tag`) and check the other table with the latest
 //! snapshot, so a tag never gets both. `segment_drop` removes either, and
-//! the tag's cached ranges with it.
+//! the tag's cached ranges with it. On the Citus coordinator,
+//! `segment_create` starts a tag above every worker's mark of a tag of
+//! that name, or refuses (`citus_catch_up.rs`).
 //!
 //! `segment_setval` moves a local tag's next ID above a value, for every
 //! session at once: it locks the row (waiting for a refill in flight),
@@ -27,6 +29,7 @@
 //! which the central row means the central server went back).
 //! The refill itself is the distributor's (`distributor.rs`, "Sources").
 
+use super::citus_catch_up;
 use super::citus_source;
 use super::created_here;
 use super::default_check::tag_uses;
@@ -91,6 +94,29 @@ fn segment_create(
             tag: tag.to_string(),
         }
         .raise();
+    }
+    // On the Citus coordinator: above what any worker took of a tag of
+    // this name (`citus_catch_up.rs`).
+    let schema = quote_identifier(&table_schema(table_oid).unwrap_or_default());
+    match citus_catch_up::workers_floor_of(&schema, tag) {
+        Ok(Ok(Some(floor))) if floor >= start => IdgenError::CitusCreateBelowWorkers {
+            tag: tag.to_string(),
+            start,
+            floor,
+            step,
+        }
+        .raise(),
+        Ok(Ok(_)) => {}
+        Ok(Err(unanswered)) => IdgenError::CitusCreateUnanswered {
+            tag: tag.to_string(),
+            nodes: unanswered.0.join("; "),
+        }
+        .raise(),
+        Err(e) => IdgenError::Internal {
+            context: "segment_create",
+            message: e.to_string(),
+        }
+        .raise(),
     }
     let inserted = Spi::connect_mut(|client| {
         client

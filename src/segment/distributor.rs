@@ -462,7 +462,6 @@ pub fn take_range(
         let target = citus_catch_up::Target {
             schema: &schema,
             qualified_name: &table.qualified_name,
-            oid: table.oid,
             owner: table.owner,
         };
         if let Err(unanswered) = citus_catch_up::before_cas(client, &target)? {
@@ -495,7 +494,6 @@ pub fn citus_catch_up_now(
         let target = citus_catch_up::Target {
             schema: &schema,
             qualified_name: &table.qualified_name,
-            oid: table.oid,
             owner: table.owner,
         };
         citus_catch_up::run(client, &target)

@@ -1222,11 +1222,10 @@ fn segment_citus_range(
 
 /// `segment_citus_catch_up()`: on the Citus coordinator, raises every
 /// tag's row above what every worker took (`id_segment_citus.max_id_seen`)
-/// and what every distributed or reference table holds in a column whose
-/// default draws it, and records the timeline as caught up
-/// (`citus_catch_up.rs`; the first refill on a new timeline does the same
-/// by itself). Refused (08006, nothing changed) when a worker does not
-/// answer. Returns the rows it raised. Not executable by `PUBLIC`.
+/// and records the timeline as caught up (`citus_catch_up.rs`; the first
+/// refill on a new timeline does the same by itself). Refused (08006,
+/// nothing changed) when a worker does not answer. Returns the rows it
+/// raised. Not executable by `PUBLIC`.
 #[pg_extern(volatile, parallel_unsafe)]
 fn segment_citus_catch_up() -> TableIterator<
     'static,

@@ -9,6 +9,7 @@ source, and on the workers for INSERT ... SELECT from a distributed table
 and for every statement sent to a worker. Citus supports PostgreSQL 16-18:
 on 15 this module is skipped."""
 
+import os
 import threading
 
 import psycopg
@@ -17,7 +18,7 @@ from psycopg import errors
 
 from citus_cluster import CitusCluster, citus_available, free_port
 from cluster import PG_BIN
-from helpers import assert_unique, draw_snowflakes, promote, replayed, standby_of, wait_for
+from helpers import REPO, assert_unique, draw_snowflakes, promote, replayed, standby_of, wait_for
 
 pytestmark = pytest.mark.skipif(not citus_available(), reason=f"Citus is not built into {PG_BIN} (16-18 only)")
 
@@ -300,19 +301,21 @@ def test_the_coordinator_failed_over_to_its_synchronous_standby_repeats_nothing(
 
 def test_the_coordinator_failed_over_to_an_asynchronous_standby_catches_up_before_its_first_range(make_cluster):
     """The coordinator's asynchronous standby misses the last refills: the
-    ranges the old coordinator granted worker 1 and took for its own
-    sessions, whose IDs went into a distributed table on the workers. After
-    the failover (a new timeline), the new coordinator's first refill asks
-    every worker what it took and reads the distributed table: with a
-    worker down it hands out nothing (08006, nothing raised); once every
-    worker answers, its row goes above all of it, and no node repeats an
-    ID — not worker 2, which took less than worker 1, nor the coordinator's
-    own sessions. Without the catch-up, 800 of the new coordinator's 1,000
-    IDs repeated."""
+    ranges the old coordinator granted worker 1. After the failover (a new
+    timeline), the new coordinator's first refill asks every primary
+    worker what it took: with a worker down, or disabled, it hands out
+    nothing (08006, nothing raised); once every worker answers, its row
+    goes above all of it, and no node repeats an ID — not worker 2, which
+    took less than worker 1, nor the coordinator's own sessions. Without
+    the catch-up, 800 of the new coordinator's 1,000 IDs repeated. The
+    ranges the old coordinator drew for its own sessions are recorded only
+    in the rows that hold them: docs/citus.md's segment_setval step, run
+    as written before the workers reach the new coordinator, covers them."""
     cluster = small_cluster(make_cluster)
     old, (w1, w2) = cluster.coordinator, cluster.workers
-    old.sql("CREATE TABLE items (customer_id int NOT NULL, id bigint NOT NULL DEFAULT segment_nextval('orders'))")
-    old.sql("SELECT create_distributed_table('items', 'customer_id')")
+    old.sql("CREATE TABLE orders (customer_id int NOT NULL, id bigint NOT NULL DEFAULT segment_nextval('orders'))")
+    old.sql("SELECT create_distributed_table('orders', 'customer_id')")
+    extra = cluster.add_worker()                 # no shard of orders: it can be disabled
     port = free_port()
     standby = standby_of(old, make_cluster, tcp_port=port)
     drawn = []
@@ -321,33 +324,47 @@ def test_the_coordinator_failed_over_to_an_asynchronous_standby_catches_up_befor
     assert replayed(old, standby)
     standby.stop("fast")                        # it falls behind: asynchronous
     drawn += draw_on(w1, 3000)                   # ranges the standby never sees
-    with old.connect() as conn:                  # the coordinator's own ranges, kept on the workers
-        conn.execute("INSERT INTO items (customer_id) SELECT g FROM generate_series(1, 500) g")
+    with old.connect() as conn:                  # and the coordinator's own, whose rows are on the workers
+        conn.execute("INSERT INTO orders (customer_id) SELECT g FROM generate_series(1, 500) g")
     (lost_max,), = old.sql("SELECT max_id FROM id_segment WHERE biz_tag = 'orders'")
     old.stop("immediate")
     standby.start()
     promote(standby)
+    (behind,), = standby.sql("SELECT max_id FROM id_segment WHERE biz_tag = 'orders'")
+    assert behind < lost_max, "the standby saw every refill: the test lost its point"
+    # docs/citus.md's step for the coordinator's own lost ranges, as written.
+    step = ("SELECT segment_setval('orders', max(id)) FROM orders HAVING max(id) > "
+            "(SELECT max_id FROM id_segment WHERE biz_tag = 'orders');")
+    assert step in open(os.path.join(REPO, "docs", "citus.md")).read()
+    standby.sql(step)
     standby.sql("SELECT citus_set_coordinator_host('127.0.0.1', %s)", (port,))
     cluster.coordinator = standby
     (behind,), = standby.sql("SELECT max_id FROM id_segment WHERE biz_tag = 'orders'")
-    assert behind < lost_max, "the standby saw every refill: the test lost its point"
+
+    def refused_while(why):
+        with pytest.raises(psycopg.Error) as refused:
+            draw_on(standby, 1)
+        assert refused.value.sqlstate == "08006", (why, refused.value)
+        assert "not every worker" in refused.value.diag.message_primary, (why, refused.value)
+        assert standby.sql("SELECT max_id FROM id_segment WHERE biz_tag = 'orders'") == [(behind,)], why
+        assert standby.sql("SELECT count(*) FROM id_segment_citus_caught_up c JOIN id_segment_origin o "
+                           "USING (system_identifier, timeline)") == [(0,)], why
+        return refused.value
 
     w2.stop("fast")
-    with pytest.raises(psycopg.Error) as refused:
-        draw_on(standby, 1)
-    assert refused.value.sqlstate == "08006", refused.value
-    assert "not every worker" in refused.value.diag.message_primary, refused.value
-    assert standby.sql("SELECT max_id FROM id_segment WHERE biz_tag = 'orders'") == [(behind,)]
-    assert standby.sql("SELECT count(*) FROM id_segment_citus_caught_up c JOIN id_segment_origin o "
-                       "USING (system_identifier, timeline)") == [(0,)]
+    refused_while("worker 2 down")
     w2.start()
+    extra.stop("fast")
+    standby.sql("SELECT citus_disable_node('127.0.0.1', %s, synchronous := true)", (extra.port,))
+    assert "disabled" in refused_while("a worker disabled").diag.message_primary
+    extra.start()
+    standby.sql("SELECT citus_activate_node('127.0.0.1', %s)", (extra.port,))
 
     assert wait_for(lambda: _draws(standby), timeout=30)
     with standby.connect() as conn:
-        conn.execute("INSERT INTO items (customer_id) SELECT g FROM generate_series(1, 500) g")
+        conn.execute("INSERT INTO orders (customer_id) SELECT g FROM generate_series(1, 500) g")
     drawn += draw_on(w2, 3000) + draw_on(standby, 1000) + draw_on(w1, 3000)
-    drawn += all_ids(standby, "items")
-    assert_unique(drawn)
+    assert_unique(drawn + all_ids(standby, "orders"))
     (raised,), = standby.sql("SELECT raised FROM id_segment_citus_caught_up c JOIN id_segment_origin o "
                              "USING (system_identifier, timeline)")
     assert raised == 1
@@ -387,12 +404,12 @@ def test_a_worker_refused_below_its_mark_is_told_the_catch_up_that_raises_every_
     assert_unique(drawn)
 
 
-def test_a_tag_the_coordinator_lost_is_made_again_above_every_node_by_the_hint(make_cluster):
+def test_a_tag_the_coordinator_lost_is_made_again_above_every_node_by_the_hints(make_cluster):
     """The coordinator lost a tag its workers drew (here dropped; a
     restore or failover from before it was made does the same): a worker
-    is refused with 42704, and the hint, run as written on the coordinator,
-    makes the tag again above what every worker took before any node can
-    draw from it."""
+    is refused with 42704 and told to create it on the coordinator; there,
+    segment_create at the default start is refused (22023) with the start
+    above every worker's mark, and that, run as written, repeats nothing."""
     cluster = small_cluster(make_cluster)
     c, (w1, w2) = cluster.coordinator, cluster.workers
     drawn = draw_on(w1, 1500) + draw_on(w2, 300)
@@ -406,10 +423,19 @@ def test_a_tag_the_coordinator_lost_is_made_again_above_every_node_by_the_hint(m
             break
     assert refused is not None and refused.sqlstate == "42704", refused
     hint = refused.diag.message_hint
-    statement = hint[hint.index("BEGIN;"):hint.index("COMMIT;") + len("COMMIT;")]
-    with c.connect() as conn:
-        conn.autocommit = True
-        conn.execute(statement)
+    create = hint[hint.index("SELECT segment_create("):].split(";")[0]
+    with pytest.raises(psycopg.Error) as too_low:
+        c.sql(create)
+    assert too_low.value.sqlstate == "22023", too_low.value
+    assert c.sql("SELECT count(*) FROM id_segment WHERE biz_tag = 'orders'") == [(0,)]
+    hint = too_low.value.diag.message_hint
+    w2.stop("fast")                # a worker that cannot say what it took
+    with pytest.raises(psycopg.Error) as unanswered:
+        c.sql(hint[hint.index("SELECT segment_create("):].split(";")[0])
+    assert unanswered.value.sqlstate == "08006", unanswered.value
+    assert c.sql("SELECT count(*) FROM id_segment WHERE biz_tag = 'orders'") == [(0,)]
+    w2.start()
+    c.sql(hint[hint.index("SELECT segment_create("):].split(";")[0])
     (max_id,), = c.sql("SELECT max_id FROM id_segment WHERE biz_tag = 'orders'")
     assert max_id >= max(drawn)
     for node in (c, w2, w1):
