@@ -246,11 +246,20 @@ pub enum IdgenError {
         floor: i64,
         step: i32,
     },
-    /// `segment_create` on the Citus coordinator while a worker does not
-    /// say what it took of the tag.
-    CitusCreateUnanswered {
+    /// A row of a tag about to be made on the Citus coordinator
+    /// (`segment_create`, `segment_rename`) while a worker does not say
+    /// what it took of the tag.
+    CitusNewRowUnanswered {
         tag: String,
         nodes: String,
+    },
+    /// `segment_rename` on the Citus coordinator onto a name a worker took
+    /// IDs of above the tag's position.
+    CitusRenameBelowWorkers {
+        old: String,
+        new: String,
+        max_id: i64,
+        floor: i64,
     },
     /// A Citus function asked to distribute one of the extension's tables.
     CitusExtensionTable {
@@ -772,7 +781,8 @@ impl IdgenError {
             | CitusNotCoordinator { .. }
             | CitusCatchUpUnanswered { .. }
             | CitusCreateBelowWorkers { .. }
-            | CitusCreateUnanswered { .. }
+            | CitusNewRowUnanswered { .. }
+            | CitusRenameBelowWorkers { .. }
             | CitusExtensionTable { .. } => citus::report(self),
             NotPreloaded
             | BadSetting { .. }
@@ -1093,9 +1103,15 @@ mod tests {
                 floor: 5700,
                 step: 1000,
             },
-            CitusCreateUnanswered {
+            CitusNewRowUnanswered {
                 tag: tag(),
                 nodes: s("127.0.0.1:9702: connection refused"),
+            },
+            CitusRenameBelowWorkers {
+                old: s("orders_v2"),
+                new: tag(),
+                max_id: 0,
+                floor: 5700,
             },
             CitusExtensionTable {
                 table: s("id_segment"),

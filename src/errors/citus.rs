@@ -93,21 +93,21 @@ pub(super) fn report(error: &IdgenError) -> Report {
                 if *step == 1000 { String::new() } else { format!(", step => {step}") }
             ),
         ),
-        CitusCreateUnanswered { tag, nodes } => Report::new(
+        CitusNewRowUnanswered { tag, nodes } => Report::new(
             ERRCODE_CONNECTION_FAILURE,
             format!(
-                "segment tag \"{tag}\" cannot be created on the Citus coordinator while a worker does not say what it took of it ({nodes})"
+                "segment tag \"{tag}\" cannot be made on the Citus coordinator while a worker does not say what it took of it ({nodes})"
             ),
-            "A worker may keep IDs of a tag of this name (dropped, or lost with a failover), and the new row must start above them; nothing was created. Bring the workers back (SELECT * FROM citus_check_cluster_node_health();) and create it again.",
+            "A worker may keep IDs of a tag of this name (dropped, or lost with a failover), and the new row must go on above them; nothing was changed. Bring the workers back (SELECT * FROM citus_check_cluster_node_health();), activate a disabled one (SELECT citus_activate_node('<host>', <port>);), and run it again.",
         ),
-        CitusCreateOnWorker { tag } => Report::new(
-            ERRCODE_FEATURE_NOT_SUPPORTED,
+        CitusRenameBelowWorkers { old, new, max_id, floor } => Report::new(
+            ERRCODE_INVALID_PARAMETER_VALUE,
             format!(
-                "segment tag \"{tag}\" cannot be created on a Citus worker: on Citus every node draws a tag from the coordinator's id_segment"
+                "segment tag \"{old}\" cannot be renamed to \"{new}\": a Citus worker already took IDs of \"{new}\" up to {floor}, above where \"{old}\" is ({max_id})"
             ),
             format!(
-                "Create it on the coordinator: SELECT segment_create({}); — every worker then draws it with no step of its own. To give this worker an ID space of its own anyway, add force => true.",
-                quote_literal(tag)
+                "Move it above them first: SELECT segment_setval({}, {floor}); then rename it.",
+                quote_literal(old)
             ),
         ),
         CitusNotCoordinator { function } => Report::new(

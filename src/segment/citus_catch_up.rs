@@ -44,7 +44,7 @@
 //! workers' own fences refuse below their marks, and the DBA runs
 //! `segment_citus_catch_up()`.
 
-use crate::catalog::as_owner;
+use crate::catalog::{as_owner, quote_identifier, table_schema};
 use crate::citus::{self, Node};
 use crate::errors::IdgenError;
 use pgrx::prelude::*;
@@ -255,31 +255,51 @@ fn workers_floors(
 }
 
 /// On the Citus coordinator (under 0.4.0's SQL), the largest mark any
-/// worker keeps of `tag` — `None` where none has one, or elsewhere.
-/// `schema`: the extension's, quoted.
-pub fn workers_floor_of(
-    schema: &str,
-    tag: &str,
-) -> Result<Result<Option<i64>, Unanswered>, pgrx::spi::Error> {
+/// worker keeps of `tag` — `None` where none has one, or elsewhere — for a
+/// row of `tag` about to be made (`segment_create`, `segment_rename`) in
+/// the `id_segment` with OID `table_oid`. Asked as that table's owner (the
+/// role Citus connects as between nodes, whatever the caller's grants);
+/// raises 08006 (`CitusNewRowUnanswered`) when a worker does not answer.
+pub fn workers_floor_of(table_oid: u32, tag: &str) -> Option<i64> {
     if !matches!(citus::node(), Ok(Node::Coordinator)) {
-        return Ok(Ok(None));
+        return None;
     }
-    Spi::connect(|client| {
-        let record = format!("{schema}.id_segment_citus_caught_up");
-        let current = client
-            .select(
-                "SELECT pg_catalog.to_regclass($1) IS NOT NULL",
-                Some(1),
-                &[record.into()],
-            )?
-            .first()
-            .get::<bool>(1)?
-            .unwrap_or(false);
-        if !current {
-            return Ok(Ok(None));
+    let (qualified_name, owner) = crate::catalog::table_name_and_owner(table_oid)?;
+    let schema = quote_identifier(&table_schema(table_oid).unwrap_or_default());
+    let asked = as_owner(
+        owner,
+        || -> Result<Result<Option<i64>, Unanswered>, pgrx::spi::Error> {
+            Spi::connect(|client| {
+                let record = format!("{schema}.id_segment_citus_caught_up");
+                let current = client
+                    .select(
+                        "SELECT pg_catalog.to_regclass($1) IS NOT NULL",
+                        Some(1),
+                        &[record.into()],
+                    )?
+                    .first()
+                    .get::<bool>(1)?
+                    .unwrap_or(false);
+                if !current {
+                    return Ok(Ok(None));
+                }
+                Ok(workers_floors(client, &schema)?.map(|floors| floors.get(tag).copied()))
+            })
+        },
+    );
+    match asked {
+        Ok(Ok(floor)) => floor,
+        Ok(Err(unanswered)) => IdgenError::CitusNewRowUnanswered {
+            tag: tag.to_string(),
+            nodes: unanswered.0.join("; "),
         }
-        Ok(workers_floors(client, schema)?.map(|floors| floors.get(tag).copied()))
-    })
+        .raise(),
+        Err(e) => IdgenError::Internal {
+            context: "a Citus worker's mark",
+            message: format!("{qualified_name}: {e}"),
+        }
+        .raise(),
+    }
 }
 
 /// Raises `IdgenError::CitusCatchUpUnanswered` for `unanswered`.

@@ -97,26 +97,16 @@ fn segment_create(
     }
     // On the Citus coordinator: above what any worker took of a tag of
     // this name (`citus_catch_up.rs`).
-    let schema = quote_identifier(&table_schema(table_oid).unwrap_or_default());
-    match citus_catch_up::workers_floor_of(&schema, tag) {
-        Ok(Ok(Some(floor))) if floor >= start => IdgenError::CitusCreateBelowWorkers {
-            tag: tag.to_string(),
-            start,
-            floor,
-            step,
+    if let Some(floor) = citus_catch_up::workers_floor_of(table_oid, tag) {
+        if floor >= start {
+            IdgenError::CitusCreateBelowWorkers {
+                tag: tag.to_string(),
+                start,
+                floor,
+                step,
+            }
+            .raise();
         }
-        .raise(),
-        Ok(Ok(_)) => {}
-        Ok(Err(unanswered)) => IdgenError::CitusCreateUnanswered {
-            tag: tag.to_string(),
-            nodes: unanswered.0.join("; "),
-        }
-        .raise(),
-        Err(e) => IdgenError::Internal {
-            context: "segment_create",
-            message: e.to_string(),
-        }
-        .raise(),
     }
     let inserted = Spi::connect_mut(|client| {
         client

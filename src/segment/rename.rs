@@ -12,8 +12,10 @@
 //! `segment_drop` gives them up. Refused, with nothing done: a tag attached
 //! to a central server (rename it there), a `new` that exists, a
 //! generated column drawing from `old` (its expression cannot be changed in
-//! place).
+//! place), and on the Citus coordinator a `new` some worker took IDs of
+//! above `old`'s position (a tag of that name dropped or lost).
 
+use super::citus_catch_up;
 use super::default_check::{tag_uses, User};
 use super::registry::registry_or_raise;
 use super::sql::forget_resolved;
@@ -62,6 +64,26 @@ fn segment_rename(old: Option<&str>, new: Option<&str>, fcinfo: pg_sys::Function
             user: generated.describe(),
         }
         .raise();
+    }
+    // On the Citus coordinator, `new` goes on above what any worker took
+    // of a tag of that name (`citus_catch_up.rs`); `old`'s row only rises
+    // meanwhile (refills), so its position read now is safe to compare.
+    if let Some(floor) = citus_catch_up::workers_floor_of(table_oid, new) {
+        let position = Spi::get_one_with_args::<i64>(
+            &format!("SELECT max_id FROM {table} WHERE biz_tag OPERATOR(pg_catalog.=) $1"),
+            &[old.into()],
+        )
+        .ok()
+        .flatten();
+        if let Some(max_id) = position.filter(|&max_id| floor > max_id) {
+            IdgenError::CitusRenameBelowWorkers {
+                old: old.into(),
+                new: new.into(),
+                max_id,
+                floor,
+            }
+            .raise();
+        }
     }
     let renamed = Spi::connect_mut(|client| {
         let moved = client.update(

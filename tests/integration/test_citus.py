@@ -315,6 +315,9 @@ def test_the_coordinator_failed_over_to_an_asynchronous_standby_catches_up_befor
     old, (w1, w2) = cluster.coordinator, cluster.workers
     old.sql("CREATE TABLE orders (customer_id int NOT NULL, id bigint NOT NULL DEFAULT segment_nextval('orders'))")
     old.sql("SELECT create_distributed_table('orders', 'customer_id')")
+    old.sql("SELECT segment_create('refs', step => 10)")
+    old.sql("CREATE TABLE refs (id bigint PRIMARY KEY DEFAULT segment_nextval('refs'))")
+    old.sql("SELECT create_reference_table('refs')")
     extra = cluster.add_worker()                 # no shard of orders: it can be disabled
     port = free_port()
     standby = standby_of(old, make_cluster, tcp_port=port)
@@ -326,6 +329,7 @@ def test_the_coordinator_failed_over_to_an_asynchronous_standby_catches_up_befor
     drawn += draw_on(w1, 3000)                   # ranges the standby never sees
     with old.connect() as conn:                  # and the coordinator's own, whose rows are on the workers
         conn.execute("INSERT INTO orders (customer_id) SELECT g FROM generate_series(1, 500) g")
+        conn.execute("INSERT INTO refs SELECT FROM generate_series(1, 300)")
     (lost_max,), = old.sql("SELECT max_id FROM id_segment WHERE biz_tag = 'orders'")
     old.stop("immediate")
     standby.start()
@@ -335,8 +339,13 @@ def test_the_coordinator_failed_over_to_an_asynchronous_standby_catches_up_befor
     # docs/citus.md's step for the coordinator's own lost ranges, as written.
     step = ("SELECT segment_setval('orders', max(id)) FROM orders HAVING max(id) > "
             "(SELECT max_id FROM id_segment WHERE biz_tag = 'orders');")
-    assert step in open(os.path.join(REPO, "docs", "citus.md")).read()
+    docs = open(os.path.join(REPO, "docs", "citus.md")).read()
+    assert step in docs
     standby.sql(step)
+    ref_step = docs[docs.index("SELECT segment_setval('refs', m)"):]
+    ref_step = ref_step[:ref_step.index("biz_tag = 'refs');") + len("biz_tag = 'refs');")]
+    assert standby.sql("SELECT count(*) FROM refs") == [(0,)]   # its copy lost the rows
+    standby.sql(ref_step)
     standby.sql("SELECT citus_set_coordinator_host('127.0.0.1', %s)", (port,))
     cluster.coordinator = standby
     (behind,), = standby.sql("SELECT max_id FROM id_segment WHERE biz_tag = 'orders'")
@@ -363,8 +372,10 @@ def test_the_coordinator_failed_over_to_an_asynchronous_standby_catches_up_befor
     assert wait_for(lambda: _draws(standby), timeout=30)
     with standby.connect() as conn:
         conn.execute("INSERT INTO orders (customer_id) SELECT g FROM generate_series(1, 500) g")
+        conn.execute("INSERT INTO refs SELECT FROM generate_series(1, 300)")
     drawn += draw_on(w2, 3000) + draw_on(standby, 1000) + draw_on(w1, 3000)
     assert_unique(drawn + all_ids(standby, "orders"))
+    assert_unique(all_ids(w1, "refs"))   # the copy that kept the old coordinator's rows
     (raised,), = standby.sql("SELECT raised FROM id_segment_citus_caught_up c JOIN id_segment_origin o "
                              "USING (system_identifier, timeline)")
     assert raised == 1
@@ -438,6 +449,35 @@ def test_a_tag_the_coordinator_lost_is_made_again_above_every_node_by_the_hints(
     c.sql(hint[hint.index("SELECT segment_create("):].split(";")[0])
     (max_id,), = c.sql("SELECT max_id FROM id_segment WHERE biz_tag = 'orders'")
     assert max_id >= max(drawn)
+    for node in (c, w2, w1):
+        assert wait_for(lambda: _draws(node), timeout=30)
+        drawn += draw_on(node, 500)
+    assert_unique(drawn)
+
+
+def test_a_rename_onto_a_name_the_workers_drew_goes_on_above_them(make_cluster):
+    """A tag renamed on the coordinator onto the name of a tag the workers
+    drew before it was dropped: refused (22023) while its position is below
+    their mark, with a hint that, run as written, moves it above; and a
+    role with the grants docs/security.md names (EXECUTE and write access
+    to id_segment, none on the workers' tables) creates and renames tags
+    there as on a single server."""
+    cluster = small_cluster(make_cluster)
+    c, (w1, w2) = cluster.coordinator, cluster.workers
+    drawn = draw_on(w1, 300) + draw_on(w2, 300)
+    c.sql("SELECT segment_drop('orders')")
+    c.sql("CREATE ROLE tag_admin")
+    c.sql("GRANT EXECUTE ON FUNCTION segment_create(text, bigint, int, boolean), segment_rename(text, text), "
+          "segment_setval(text, bigint) TO tag_admin")
+    c.sql("GRANT SELECT, INSERT, UPDATE, DELETE ON id_segment TO tag_admin")
+    c.sql("SET ROLE tag_admin; SELECT segment_create('orders_v2'); RESET ROLE")
+    with pytest.raises(psycopg.Error) as refused:
+        c.sql("SET ROLE tag_admin; SELECT segment_rename('orders_v2', 'orders'); RESET ROLE")
+    assert refused.value.sqlstate == "22023", refused.value
+    assert c.sql("SELECT biz_tag FROM id_segment ORDER BY 1") == [("orders_v2",)]
+    hint = refused.value.diag.message_hint
+    c.sql(hint[hint.index("SELECT segment_setval("):].split(";")[0])
+    c.sql("SET ROLE tag_admin; SELECT segment_rename('orders_v2', 'orders'); RESET ROLE")
     for node in (c, w2, w1):
         assert wait_for(lambda: _draws(node), timeout=30)
         drawn += draw_on(node, 500)
