@@ -110,6 +110,16 @@ pub(super) fn report(error: &IdgenError) -> Report {
                 quote_literal(old)
             ),
         ),
+        CitusCreateOnWorker { tag } => Report::new(
+            ERRCODE_FEATURE_NOT_SUPPORTED,
+            format!(
+                "segment tag \"{tag}\" cannot be created on a Citus worker: on Citus every node draws a tag from the coordinator's id_segment"
+            ),
+            format!(
+                "Create it on the coordinator: SELECT segment_create({}); — every worker then draws it with no step of its own. To give this worker an ID space of its own anyway, add force => true.",
+                quote_literal(tag)
+            ),
+        ),
         CitusNotCoordinator { function } => Report::new(
             ERRCODE_FEATURE_NOT_SUPPORTED,
             format!("{function}() runs on the Citus coordinator only, and this node is not it"),
