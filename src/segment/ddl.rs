@@ -40,7 +40,7 @@ use super::fence::refusal;
 use super::registry::registry_or_raise;
 use super::sql::{forget_resolved, note_setval};
 use super::tag::{self, check_tag, current_table_oid, table_name};
-use crate::catalog::{my_database, quote_identifier, quote_literal, table_schema};
+use crate::catalog::{as_owner, my_database, quote_identifier, quote_literal, table_schema};
 use crate::errors::{required, IdgenError};
 use crate::remote_session;
 use pgrx::prelude::*;
@@ -202,23 +202,30 @@ fn segment_drop(
         let mut deleted = client
             .update(delete.as_str(), None, &[tag.into()])
             .map(|t| t.len())?;
+        // As the extension's owner: the grants that let a role drop a tag
+        // are on id_segment, not on the attachment tables.
+        let owner = crate::catalog::table_name_and_owner(table_oid)
+            .map_or(pg_sys::InvalidOid, |(_, owner)| owner);
         if let Some(detach) = &detach {
-            let detached = client.update(detach, None, &[tag.into()])?;
-            deleted += detached.len();
-            if let (Some((forget, keep)), false) = (&keep_mark, detached.is_empty()) {
-                let row = detached.first();
-                if let (Some(server), Some(mark), Some(record)) = (
-                    row.get::<String>(1)?,
-                    row.get::<i64>(2)?,
-                    row.get::<String>(3)?,
-                ) {
-                    // Dropped from that server before: the larger mark.
-                    let before = client.update(forget, None, &[tag.into(), server.into()])?;
-                    let mark =
-                        mark.max(before.first().get::<i64>(1).ok().flatten().unwrap_or(mark));
-                    client.update(keep, None, &[record.into(), mark.into()])?;
+            deleted += as_owner(owner, || -> Result<usize, pgrx::spi::Error> {
+                let detached = client.update(detach, None, &[tag.into()])?;
+                let count = detached.len();
+                if let (Some((forget, keep)), false) = (&keep_mark, detached.is_empty()) {
+                    let row = detached.first();
+                    if let (Some(server), Some(mark), Some(record)) = (
+                        row.get::<String>(1)?,
+                        row.get::<i64>(2)?,
+                        row.get::<String>(3)?,
+                    ) {
+                        // Dropped from that server before: the larger mark.
+                        let before = client.update(forget, None, &[tag.into(), server.into()])?;
+                        let mark =
+                            mark.max(before.first().get::<i64>(1).ok().flatten().unwrap_or(mark));
+                        client.update(keep, None, &[record.into(), mark.into()])?;
+                    }
                 }
-            }
+                Ok(count)
+            })?;
         }
         Ok::<_, pgrx::spi::Error>(deleted)
     })
@@ -266,15 +273,20 @@ fn segment_setval(tag: Option<&str>, value: Option<i64>, fcinfo: pg_sys::Functio
     tag::lock_tag(table_oid, tag);
     let result = Spi::connect_mut(|client| -> Result<(), IdgenError> {
         if let Some(remote) = tag::remote_table_name(table_oid) {
-            let attached = client
-                .select(
+            // Read as the extension's owner: the grants that let a role
+            // set a tag are on id_segment, not on id_segment_remote.
+            let owner = crate::catalog::table_name_and_owner(table_oid)
+                .map_or(pg_sys::InvalidOid, |(_, owner)| owner);
+            let attached = as_owner(owner, || {
+                client.select(
                     &format!(
                         "SELECT server::pg_catalog.text FROM {remote} WHERE biz_tag OPERATOR(pg_catalog.=) $1"
                     ),
                     Some(1),
                     &[tag.into()],
                 )
-                .map_err(spi_failed("segment_setval: attached"))?;
+            })
+            .map_err(spi_failed("segment_setval: attached"))?;
             if let Some(server) = attached.first().get::<String>(1).ok().flatten() {
                 return Err(IdgenError::SetvalOfAttachedTag {
                     tag: tag.into(),

@@ -369,6 +369,27 @@ def test_the_application_role_is_refused_every_change_of_the_allocator(lc):
         assert conn.execute("SELECT segment_nextval('guarded')").fetchone() == (1,)
 
 
+def test_the_tag_admin_role_the_docs_describe_creates_sets_renames_and_drops(lc):
+    """docs/security.md: EXECUTE and write access to id_segment let a role
+    create, set, rename and drop tags — nothing on the extension's other
+    tables (segment_setval read id_segment_remote as the caller: 42501)."""
+    lc.sql("CREATE EXTENSION IF NOT EXISTS pg_idgen")
+    db = lc.new_database()
+    lc.sql("DROP ROLE IF EXISTS tag_admin2; CREATE ROLE tag_admin2 LOGIN")
+    lc.sql("GRANT EXECUTE ON FUNCTION segment_create(text, bigint, int, boolean), segment_setval(text, bigint), "
+           "segment_rename(text, text), segment_drop(text, boolean) TO tag_admin2", dbname=db)
+    lc.sql("GRANT SELECT, INSERT, UPDATE, DELETE ON id_segment TO tag_admin2", dbname=db)
+    with lc.connect(db) as conn:
+        conn.execute("SET ROLE tag_admin2")
+        conn.execute("SELECT segment_create('admin_made')")
+        conn.execute("SELECT segment_setval('admin_made', 500)")
+        conn.execute("SELECT segment_rename('admin_made', 'admin_renamed')")
+        conn.execute("RESET ROLE")
+        assert conn.execute("SELECT segment_nextval('admin_renamed')").fetchone() == (501,)
+        conn.execute("SET ROLE tag_admin2")
+        conn.execute("SELECT segment_drop('admin_renamed')")
+
+
 def test_monitoring_roles_see_no_password_options_or_paths(make_cluster):
     central = make_cluster()
     central.start()
