@@ -497,6 +497,13 @@ fn take_one(registry: &Registry, index: usize, generation: u64) -> Option<i64> {
     let slot = registry.slot(index);
     // SAFETY: no other block reference is alive in this call.
     let block = unsafe { block_of(index) };
+    if block.takes_single(index, generation) && crate::failpoints::forced_block_size().is_none() {
+        // Alone: one ID from the chain, as without blocks (a size grown by
+        // contention seen here is written at the next take, below).
+        let taken = slot.take_for(generation)?;
+        block.took_single(taken.id);
+        return Some(after_take(registry, index, taken));
+    }
     if block.is_for(index, generation) {
         if slot.generation.load(Ordering::Acquire) != generation {
             block.clear();
