@@ -60,9 +60,9 @@ pub struct Raised {
 }
 
 /// What stopped a catch-up: the workers that did not answer, with what
-/// Citus said (`host:port: message`).
+/// Citus said (`host:port: message`, separated by `; `).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Unanswered(pub Vec<String>);
+pub struct Unanswered(pub String);
 
 /// `id_segment` in `schema` (quoted), and its owner, as the refill found
 /// it.
@@ -82,28 +82,10 @@ pub fn before_cas(
     if !matches!(citus::node(), Ok(Node::Coordinator)) {
         return Ok(Ok(()));
     }
-    let record = format!("{}.id_segment_citus_caught_up", target.schema);
-    let exists = client
-        .select(
-            "SELECT pg_catalog.to_regclass($1) IS NOT NULL",
-            Some(1),
-            &[record.clone().into()],
-        )?
-        .first()
-        .get::<bool>(1)?
-        .unwrap_or(false);
-    if !exists || caught_up(client, target.schema)? {
+    if !has_record(client, target.schema)? || caught_up(client, target.schema)? {
         return Ok(Ok(()));
     }
-    client.update(
-        &format!("LOCK TABLE {record} IN SHARE ROW EXCLUSIVE MODE"),
-        None,
-        &[],
-    )?;
-    if caught_up(client, target.schema)? {
-        return Ok(Ok(()));
-    }
-    Ok(run(client, target)?.map(|raised| {
+    Ok(run(client, target, Rerun::No)?.map(|raised| {
         for r in &raised {
             pgrx::log!(
                 "pg_idgen: Citus catch-up on a new timeline raised segment tag \"{}\" from {} to {}",
@@ -113,6 +95,19 @@ pub fn before_cas(
             );
         }
     }))
+}
+
+/// Whether `id_segment_citus_caught_up` is there (0.4.0's SQL or later).
+fn has_record(client: &SpiClient<'_>, schema: &str) -> Result<bool, pgrx::spi::Error> {
+    Ok(client
+        .select(
+            "SELECT pg_catalog.to_regclass($1) IS NOT NULL",
+            Some(1),
+            &[format!("{schema}.id_segment_citus_caught_up").into()],
+        )?
+        .first()
+        .get::<bool>(1)?
+        .unwrap_or(false))
 }
 
 /// Whether this coordinator caught up on its system identifier and
@@ -134,12 +129,22 @@ fn caught_up(client: &SpiClient<'_>, schema: &str) -> Result<bool, pgrx::spi::Er
         .unwrap_or(false))
 }
 
-/// The catch-up itself, in the caller's transaction (the caller holds the
-/// record's lock or takes none: `segment_citus_catch_up` takes it here).
-/// Raises the rows and records the timeline, or changes nothing.
+/// Whether a catch-up runs again on a timeline already caught up on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rerun {
+    /// By hand (`segment_citus_catch_up`): it always asks the workers.
+    Yes,
+    /// Before a CAS: not when another refill caught up while this one
+    /// waited for the record's lock.
+    No,
+}
+
+/// The catch-up itself, in the caller's transaction, under the record's
+/// lock: raises the rows and records the timeline, or changes nothing.
 pub fn run(
     client: &mut SpiClient<'_>,
     target: &Target<'_>,
+    rerun: Rerun,
 ) -> Result<Result<Vec<Raised>, Unanswered>, pgrx::spi::Error> {
     let schema = target.schema;
     client.update(
@@ -147,6 +152,9 @@ pub fn run(
         None,
         &[],
     )?;
+    if rerun == Rerun::No && caught_up(client, schema)? {
+        return Ok(Ok(Vec::new()));
+    }
     let floors = match workers_floors(client, schema)? {
         Ok(floors) => floors,
         Err(unanswered) => return Ok(Err(unanswered)),
@@ -235,7 +243,7 @@ fn workers_floors(
         ));
     }
     if !unanswered.is_empty() {
-        return Ok(Err(Unanswered(unanswered)));
+        return Ok(Err(Unanswered(unanswered.join("; "))));
     }
     let mut floors = BTreeMap::new();
     let rows = client.select(
@@ -270,17 +278,7 @@ pub fn workers_floor_of(table_oid: u32, tag: &str) -> Option<i64> {
         owner,
         || -> Result<Result<Option<i64>, Unanswered>, pgrx::spi::Error> {
             Spi::connect(|client| {
-                let record = format!("{schema}.id_segment_citus_caught_up");
-                let current = client
-                    .select(
-                        "SELECT pg_catalog.to_regclass($1) IS NOT NULL",
-                        Some(1),
-                        &[record.into()],
-                    )?
-                    .first()
-                    .get::<bool>(1)?
-                    .unwrap_or(false);
-                if !current {
+                if !has_record(client, &schema)? {
                     return Ok(Ok(None));
                 }
                 Ok(workers_floors(client, &schema)?.map(|floors| floors.get(tag).copied()))
@@ -291,7 +289,7 @@ pub fn workers_floor_of(table_oid: u32, tag: &str) -> Option<i64> {
         Ok(Ok(floor)) => floor,
         Ok(Err(unanswered)) => IdgenError::CitusNewRowUnanswered {
             tag: tag.to_string(),
-            nodes: unanswered.0.join("; "),
+            nodes: unanswered.0,
         }
         .raise(),
         Err(e) => IdgenError::Internal {
@@ -305,7 +303,7 @@ pub fn workers_floor_of(table_oid: u32, tag: &str) -> Option<i64> {
 /// Raises `IdgenError::CitusCatchUpUnanswered` for `unanswered`.
 pub fn refuse(unanswered: Unanswered) -> ! {
     IdgenError::CitusCatchUpUnanswered {
-        nodes: unanswered.0.join("; "),
+        nodes: unanswered.0,
     }
     .raise()
 }

@@ -466,7 +466,7 @@ pub fn take_range(
         };
         if let Err(unanswered) = citus_catch_up::before_cas(client, &target)? {
             return Ok(Err(RefillProblem::CitusCatchUpUnanswered {
-                nodes: unanswered.0.join("; "),
+                nodes: unanswered.0,
             }));
         }
         let handed_out = handed_out.filter(|_| bound_table == 0 || bound_table == table.oid);
@@ -496,7 +496,7 @@ pub fn citus_catch_up_now(
             qualified_name: &table.qualified_name,
             owner: table.owner,
         };
-        citus_catch_up::run(client, &target)
+        citus_catch_up::run(client, &target, citus_catch_up::Rerun::Yes)
     })
 }
 

@@ -220,18 +220,23 @@ def draw_on(node, n, tag="orders"):
         return [r[0] for r in conn.execute("SELECT segment_nextval(%s) FROM generate_series(1, %s)", (tag, n))]
 
 
+def draw_until_refused(node, drawn, tries):
+    """Draws 100 IDs at a time on `node` into `drawn` until a call fails;
+    returns that error (None if `tries` draws all succeeded)."""
+    for _ in range(tries):
+        try:
+            drawn += draw_on(node, 100)
+        except psycopg.Error as e:
+            return e
+    return None
+
+
 def test_with_the_coordinator_down_a_worker_serves_its_cache_then_refuses(make_cluster):
     cluster = small_cluster(make_cluster)
     worker = cluster.workers[0]
     drawn = draw_on(worker, 500)
     cluster.coordinator.stop("fast")
-    refused = None
-    for _ in range(200):
-        try:
-            drawn += draw_on(worker, 100)
-        except psycopg.Error as e:
-            refused = e
-            break
+    refused = draw_until_refused(worker, drawn, 200)
     assert refused is not None, "the worker kept drawing with the coordinator down"
     assert refused.sqlstate == "55000", refused
     assert "coordinator" in str(refused), refused
@@ -397,13 +402,7 @@ def test_a_worker_refused_below_its_mark_is_told_the_catch_up_that_raises_every_
     c.sql("ALTER TABLE id_segment DISABLE TRIGGER USER")
     c.sql("UPDATE id_segment SET max_id = 10, version = version + 1 WHERE biz_tag = 'orders'")
     c.sql("ALTER TABLE id_segment ENABLE TRIGGER USER")
-    refused = None
-    for _ in range(100):
-        try:
-            drawn += draw_on(w1, 100)
-        except psycopg.Error as e:
-            refused = e
-            break
+    refused = draw_until_refused(w1, drawn, 100)
     assert refused is not None and refused.sqlstate == "22000", refused
     hint = refused.diag.message_hint
     assert "SELECT * FROM segment_citus_catch_up();" in hint, hint
@@ -425,13 +424,7 @@ def test_a_tag_the_coordinator_lost_is_made_again_above_every_node_by_the_hints(
     c, (w1, w2) = cluster.coordinator, cluster.workers
     drawn = draw_on(w1, 1500) + draw_on(w2, 300)
     c.sql("SELECT segment_drop('orders')")
-    refused = None
-    for _ in range(100):
-        try:
-            drawn += draw_on(w1, 100)
-        except psycopg.Error as e:
-            refused = e
-            break
+    refused = draw_until_refused(w1, drawn, 100)
     assert refused is not None and refused.sqlstate == "42704", refused
     hint = refused.diag.message_hint
     create = hint[hint.index("SELECT segment_create("):].split(";")[0]
