@@ -319,6 +319,17 @@ def replayed(primary, standby, timeout=60):
                     == [(True,)], timeout=timeout)
 
 
+def archived(server, timeout=60):
+    """Switches `server` to a new WAL file and waits until the archiver has
+    copied the one it closed, so a restore from the archive reaches every
+    record written before the call. The file to wait for is named once: WAL
+    written after the switch (the refill worker's, a checkpoint's) must not
+    move the goal."""
+    (last,), = server.sql("SELECT pg_walfile_name(pg_switch_wal())")
+    return wait_for(lambda: server.sql("SELECT last_archived_wal >= %s FROM pg_stat_archiver", (last,))
+                    == [(True,)], timeout=timeout)
+
+
 def promote(server):
     """pg_ctl promote, and waits until the server has left recovery."""
     subprocess.run(["runuser", "-u", "postgres", "--", f"{server.pg_bin}/pg_ctl", "-D", server.data,

@@ -19,7 +19,7 @@ import psycopg
 import pytest
 
 from cluster import PG_BIN
-from helpers import BURST_LAYOUT, BURST_LEAD_MS, COPY_WARNING, assert_unique, lead_ms, faketime_env, promote, replayed, standby_of, wait_for
+from helpers import BURST_LAYOUT, BURST_LEAD_MS, COPY_WARNING, archived, assert_unique, lead_ms, faketime_env, promote, replayed, standby_of, wait_for
 
 NARROW = [*BURST_LAYOUT, "wal_level = replica"]
 
@@ -178,9 +178,7 @@ def test_a_point_in_time_restore_continues_above_every_id_it_holds(make_cluster)
         primary.sql("SELECT pg_create_restore_point('middle')")
         burst(primary, 200_000, "after_point")
         assert lead_ms(primary) > BURST_LEAD_MS
-        last = primary.sql("SELECT pg_walfile_name(pg_switch_wal())")[0][0]
-        assert wait_for(lambda: primary.sql(
-            "SELECT last_archived_wal >= %s FROM pg_stat_archiver", (last,)) == [(True,)], timeout=60)
+        assert archived(primary)
         primary.stop("immediate")
         for target, kinds in [("middle", {"before"}), (None, {"before", "after_point"})]:
             restored = make_cluster(conf=NARROW)

@@ -15,8 +15,8 @@ import psycopg
 import pytest
 
 from adversary import REACH_TIMEOUT, Failpoint, paused
-from helpers import (PINNED, SHARDING_EXAMPLES, assert_increasing, assert_unique, draw, draw_plain, free_ports,
-                     hand_made_central_table, in_thread, joined, promote, psql_file, row_locked, wait_for)
+from helpers import (PINNED, SHARDING_EXAMPLES, archived, assert_increasing, assert_unique, draw, draw_plain,
+                     free_ports, hand_made_central_table, in_thread, joined, promote, psql_file, row_locked, wait_for)
 from proxy import LinkProxy
 
 # Shards keep a bounded cache, so that a test can run it dry.
@@ -977,11 +977,7 @@ def test_a_central_server_that_lost_other_shards_ranges_is_refused_by_a_shard_th
         drawn += draw_plain(a, a_db, "orders", 5_000)
     lost_up_to = central_max_id(central, central_db)
     if how == "pitr":
-        central.sql("SELECT pg_switch_wal()")
-        assert wait_for(lambda: central.sql(
-            "SELECT last_archived_wal IS NOT NULL AND last_archived_wal >= "
-            "pg_walfile_name(pg_current_wal_lsn() - 1) FROM pg_stat_archiver") == [(True,)],
-            timeout=60)
+        assert archived(central)
         successor.append_conf(f"restore_command = 'cp {archive}/%f %p'",
                               f"recovery_target_lsn = '{target}'",
                               "recovery_target_action = 'promote'")

@@ -17,7 +17,7 @@ import psycopg
 import pytest
 
 from cluster import PG_BIN
-from helpers import (BURST_LAYOUT, REPO, assert_unique, draw, promote, replayed, standby_of, wait_for)
+from helpers import (BURST_LAYOUT, REPO, archived, assert_unique, draw, promote, replayed, standby_of, wait_for)
 
 # Bursts put snowflake time up to 12.5 s ahead of the clock (16 IDs per ms),
 # within a max_lead of 20 s.
@@ -274,9 +274,7 @@ def test_a_point_in_time_restore_to_before_the_last_ids_continues_above_them(mak
         flakes += snowflakes(old, 150_000)
         ids += draw_all(old, 50_000)
         (old_max,), = old.sql("SELECT max_id FROM id_segment WHERE biz_tag = 'orders'")
-        last = old.sql("SELECT pg_walfile_name(pg_switch_wal())")[0][0]
-        assert wait_for(lambda: old.sql("SELECT last_archived_wal >= %s FROM pg_stat_archiver", (last,))
-                        == [(True,)], timeout=60)
+        assert archived(old)
         old.stop("immediate")
         restored = make_cluster(conf=AHEAD)
         shutil.rmtree(restored.data)
