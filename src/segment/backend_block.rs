@@ -50,6 +50,12 @@ pub struct BackendBlock {
     /// The slot and generation the IDs were taken under.
     pub index: usize,
     pub generation: u64,
+    /// The ID after the last one this backend took (`None`: none yet).
+    after_last: Option<i64>,
+    /// True only while the size is one and the block holds no ID (it may
+    /// lag false until the next take settles it): what `takes_single`
+    /// reads instead of the four fields.
+    single: bool,
     /// How many IDs the next take asks for.
     size: u64,
     /// The run handed out from, and the next ID of it with how many left.
@@ -57,8 +63,6 @@ pub struct BackendBlock {
     next: i64,
     run: usize,
     count: usize,
-    /// The ID after the last one this backend took (`None`: none yet).
-    after_last: Option<i64>,
     /// The size `sql.rs` last wrote to the slot's `block_size` statistic.
     pub reported_size: u64,
     runs: [(i64, u64); super::chain::RING],
@@ -82,6 +86,7 @@ impl BackendBlock {
         left: 0,
         size: 1,
         after_last: None,
+        single: false,
         reported_size: 1,
     };
 
@@ -118,6 +123,12 @@ impl BackendBlock {
     pub fn clear(&mut self) {
         self.count = 0;
         self.left = 0;
+        self.settle();
+    }
+
+    /// Sets `single` from the fields it stands for.
+    fn settle(&mut self) {
+        self.single = self.size == 1 && self.left == 0 && self.run + 1 >= self.count;
     }
 
     /// Whether the next ID of slot `index`, `generation` is one taken
@@ -126,17 +137,18 @@ impl BackendBlock {
     /// `took_single` keeps as cheap as a take without blocks.
     #[inline]
     pub fn takes_single(&self, index: usize, generation: u64) -> bool {
-        self.size == 1
-            && self.left == 0
-            && self.run + 1 >= self.count
-            && self.is_for(index, generation)
+        self.single && self.is_for(index, generation)
     }
 
     /// The ID a `takes_single` block took from the chain: adapts, as
-    /// `took_one` does (there is nothing to give up or retarget).
+    /// `took_one` does (there is nothing to give up or retarget, and a
+    /// size of one only changes when someone took in between).
     #[inline]
     pub fn took_single(&mut self, id: i64) {
-        self.adapt(id);
+        if self.after_last.is_some_and(|after| id != after) {
+            self.adapt(id);
+            self.single = false;
+        }
         self.after_last = id.checked_add(1);
     }
 
@@ -161,7 +173,9 @@ impl BackendBlock {
         (self.next, self.left) = self.runs[0];
         let &(last_first, last_len) = runs.last()?;
         self.after_last = last_first.checked_add(last_len as i64);
-        self.next_id()
+        let first = self.next_id();
+        self.settle();
+        first
     }
 
     /// A block of another slot (or generation) starts its position anew.
@@ -238,6 +252,11 @@ mod tests {
             take(&chain, &mut a).unwrap();
         }
         assert_eq!(a.size(), 1, "alone again, the block shrank back to one ID");
+        assert!(a.takes_single(0, 1), "alone again, takes go the single way");
+        assert!(
+            !a.takes_single(1, 1) && !a.takes_single(0, 2),
+            "only for its slot"
+        );
     }
 
     #[test]

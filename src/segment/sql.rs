@@ -246,19 +246,26 @@ pub fn forget_resolved(tag: &[u8]) {
     RESOLVED.with(|map| map.borrow_mut().remove(tag));
 }
 
-/// Refuses to hand out IDs where `nextval` would refuse too.
-#[inline]
+/// Refuses to hand out IDs where `nextval` would refuse too. Inlined into
+/// every call, with the refusal kept out of line.
+#[inline(always)]
 fn check_writable(function: &'static str) {
     // SAFETY: plain read of a backend-local global.
     if unsafe { pg_sys::XactReadOnly } {
-        // On a hot standby every transaction is read-only: the way out is
-        // the primary, not SET TRANSACTION READ WRITE.
-        // SAFETY: a plain query of this backend's recovery state.
-        if unsafe { pg_sys::RecoveryInProgress() } {
-            IdgenError::DuringRecovery { function }.raise();
-        }
-        IdgenError::ReadOnly { function }.raise();
+        refuse_read_only(function);
     }
+}
+
+#[cold]
+#[inline(never)]
+fn refuse_read_only(function: &'static str) -> ! {
+    // On a hot standby every transaction is read-only: the way out is the
+    // primary, not SET TRANSACTION READ WRITE.
+    // SAFETY: a plain query of this backend's recovery state.
+    if unsafe { pg_sys::RecoveryInProgress() } {
+        IdgenError::DuringRecovery { function }.raise();
+    }
+    IdgenError::ReadOnly { function }.raise();
 }
 
 fn tag_text(tag: &[u8]) -> String {
@@ -423,15 +430,22 @@ fn note_take(index: usize) {
 }
 
 /// After a take: a taker that crossed the prefetch mark wakes the worker.
-#[inline]
+#[inline(always)]
 fn after_take(registry: &Registry, index: usize, taken: Taken) -> i64 {
     note_take(index);
     if taken.hit_mark {
-        // Not waiting: if the worker cannot start, the caller that runs
-        // out of IDs will report it.
-        let _ = request_refill(registry, index);
+        wake_worker(registry, index);
     }
     taken.id
+}
+
+/// Asks for the slot's next range without waiting: once a range, out of
+/// the per-ID path. If the worker cannot start, the caller that runs out
+/// of IDs will report it.
+#[cold]
+#[inline(never)]
+fn wake_worker(registry: &Registry, index: usize) {
+    let _ = request_refill(registry, index);
 }
 
 /// Up to `n` IDs of a slot at once, for a batch or a reservation: the
@@ -460,8 +474,7 @@ fn take_chain_block(
     let block = registry.slot(index).take_block_for(generation, n)?;
     note_take(index);
     if block.hit_mark {
-        // Not waiting: as in `after_take`.
-        let _ = request_refill(registry, index);
+        wake_worker(registry, index);
     }
     Some(block)
 }
@@ -492,18 +505,36 @@ unsafe fn block_of(index: usize) -> &'static mut BackendBlock {
 /// block while its slot has `generation`, else taken from the chain — one
 /// ID, or a block of several while backends contend (`backend_block.rs`).
 /// `None`: the chain is empty, or the slot was given up.
-#[inline]
+///
+/// Inlined into the call: a backend drawing a tag alone, the common case,
+/// costs one check of its block more than a take without blocks; the
+/// block's own path is out of line (`take_with_block`).
+#[inline(always)]
 fn take_one(registry: &Registry, index: usize, generation: u64) -> Option<i64> {
+    {
+        // SAFETY: no other block reference is alive in this call; this one
+        // ends with the block.
+        let block = unsafe { block_of(index) };
+        if block.takes_single(index, generation) && crate::failpoints::forced_block_size().is_none()
+        {
+            // Alone: one ID from the chain, as without blocks (a size
+            // grown by contention seen here is written at the next take,
+            // in `take_with_block`).
+            let taken = registry.slot(index).take_for(generation)?;
+            block.took_single(taken.id);
+            return Some(after_take(registry, index, taken));
+        }
+    }
+    take_with_block(registry, index, generation)
+}
+
+/// `take_one` for a backend whose block holds IDs, is of another slot or
+/// takes more than one at a time.
+#[inline(never)]
+fn take_with_block(registry: &Registry, index: usize, generation: u64) -> Option<i64> {
     let slot = registry.slot(index);
     // SAFETY: no other block reference is alive in this call.
     let block = unsafe { block_of(index) };
-    if block.takes_single(index, generation) && crate::failpoints::forced_block_size().is_none() {
-        // Alone: one ID from the chain, as without blocks (a size grown by
-        // contention seen here is written at the next take, below).
-        let taken = slot.take_for(generation)?;
-        block.took_single(taken.id);
-        return Some(after_take(registry, index, taken));
-    }
     if block.is_for(index, generation) {
         if slot.generation.load(Ordering::Acquire) != generation {
             block.clear();
