@@ -42,10 +42,10 @@ use super::chain::TakenBlock;
 pub const MAX_BLOCK: u64 = 256;
 
 /// IDs of one slot held by this backend (`sql.rs` keeps one per slot).
-/// `repr(C)`: the fields every call reads come first, in one cache line;
-/// the runs a block holds come last.
+/// `repr(C, align(64))`: the fields every call reads come first, in one
+/// cache line of their own; the runs a block holds come last.
 #[derive(Debug, Clone, Copy)]
-#[repr(C)]
+#[repr(C, align(64))]
 pub struct BackendBlock {
     /// The slot and generation the IDs were taken under.
     pub index: usize,
