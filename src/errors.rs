@@ -63,6 +63,17 @@ pub enum LeaseTableProblem {
 /// The longest tag a slot (and `id_segment.biz_tag`, `varchar(64)`) holds.
 pub const TAG_MAX_BYTES: usize = 64;
 
+/// Where a coordinator-only function was called instead (`CitusNotCoordinator`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotCoordinator {
+    /// A database without Citus.
+    NoCitus,
+    /// A Citus node in no cluster yet.
+    NotJoined,
+    /// A Citus worker.
+    Worker,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum IdgenError {
     NotPreloaded,
@@ -232,6 +243,7 @@ pub enum IdgenError {
     /// (`segment_citus_range`, `segment_citus_catch_up`) called elsewhere.
     CitusNotCoordinator {
         function: &'static str,
+        elsewhere: NotCoordinator,
     },
     /// The coordinator's catch-up (`citus_catch_up.rs`): workers that did
     /// not answer, with what Citus said.
@@ -1087,6 +1099,15 @@ mod tests {
             CitusCreateOnWorker { tag: s("orders") },
             CitusNotCoordinator {
                 function: "segment_citus_catch_up",
+                elsewhere: NotCoordinator::NoCitus,
+            },
+            CitusNotCoordinator {
+                function: "segment_citus_catch_up",
+                elsewhere: NotCoordinator::NotJoined,
+            },
+            CitusNotCoordinator {
+                function: "segment_citus_catch_up",
+                elsewhere: NotCoordinator::Worker,
             },
             CitusCatchUpUnanswered {
                 nodes: s("127.0.0.1:9702: connection refused"),

@@ -6,7 +6,7 @@
 
 use pgrx::pg_sys::errcodes::PgSqlErrorCode::{self, *};
 
-use super::{misrouted, quote_literal, IdgenError, Report};
+use super::{misrouted, quote_literal, IdgenError, NotCoordinator, Report};
 
 /// What to do when two nodes share a machine id.
 const OWN_MACHINE_ID: &str = "Give every node of the Citus cluster its own machine id: pg_idgen.machine_id = 'citus' on every node uses each node's Citus group id; or set a number no other node uses. Restart the node you change.";
@@ -120,10 +120,29 @@ pub(super) fn report(error: &IdgenError) -> Report {
                 quote_literal(tag)
             ),
         ),
-        CitusNotCoordinator { function } => Report::new(
+        CitusNotCoordinator {
+            function,
+            elsewhere: NotCoordinator::Worker,
+        } => Report::new(
             ERRCODE_FEATURE_NOT_SUPPORTED,
-            format!("{function}() runs on the Citus coordinator only, and this node is not it"),
+            format!("{function}() runs on the Citus coordinator only, and this node is a worker"),
             "Run it on the coordinator (group 0): SELECT nodename, nodeport FROM pg_dist_node WHERE groupid = 0; — a worker's refills call segment_citus_range() there by themselves.",
+        ),
+        CitusNotCoordinator {
+            function,
+            elsewhere: NotCoordinator::NotJoined,
+        } => Report::new(
+            ERRCODE_FEATURE_NOT_SUPPORTED,
+            format!("{function}() runs on the Citus coordinator only, and this node is in no Citus cluster yet"),
+            "Run it on the coordinator once the cluster is set up; until then this node's refills take ranges from its own id_segment, and there is nothing to catch up.",
+        ),
+        CitusNotCoordinator {
+            function,
+            elsewhere: NotCoordinator::NoCitus,
+        } => Report::new(
+            ERRCODE_FEATURE_NOT_SUPPORTED,
+            format!("{function}() runs on the Citus coordinator only, and Citus is not installed in this database"),
+            "Nothing to do on a server without Citus: its refills take ranges from its own id_segment. On a Citus cluster, run it on the coordinator.",
         ),
         CitusCatchUpUnanswered { nodes } => Report::new(
             ERRCODE_CONNECTION_FAILURE,

@@ -1161,12 +1161,7 @@ fn segment_citus_range(
         name!(hint, Option<String>),
     ),
 > {
-    if !matches!(crate::citus::node(), Ok(crate::citus::Node::Coordinator)) {
-        IdgenError::CitusNotCoordinator {
-            function: "segment_citus_range",
-        }
-        .raise();
-    }
+    require_coordinator("segment_citus_range");
     let tag = required(tag, "segment tag");
     let steps = u64::try_from(required(steps, "steps")).unwrap_or(1).max(1);
     let mut central = None;
@@ -1258,6 +1253,29 @@ fn segment_citus_range(
     TableIterator::once(row)
 }
 
+/// Refuses (0A000) a coordinator-only function anywhere but on the Citus
+/// coordinator, saying where it was called.
+fn require_coordinator(function: &'static str) {
+    use crate::citus::Node;
+    use crate::errors::NotCoordinator;
+    let elsewhere = match crate::citus::node() {
+        Ok(Node::Coordinator) => return,
+        Ok(Node::NotCitus) => NotCoordinator::NoCitus,
+        Ok(Node::NotJoined) => NotCoordinator::NotJoined,
+        Ok(Node::Worker { .. }) => NotCoordinator::Worker,
+        Err(e) => IdgenError::Internal {
+            context: function,
+            message: e.to_string(),
+        }
+        .raise(),
+    };
+    IdgenError::CitusNotCoordinator {
+        function,
+        elsewhere,
+    }
+    .raise();
+}
+
 /// `segment_citus_catch_up()`: on the Citus coordinator, raises every
 /// tag's row above what every worker took (`id_segment_citus.max_id_seen`)
 /// and records the timeline as caught up (`citus_catch_up.rs`; the first
@@ -1273,12 +1291,7 @@ fn segment_citus_catch_up() -> TableIterator<
         name!(raised_to, i64),
     ),
 > {
-    if !matches!(crate::citus::node(), Ok(crate::citus::Node::Coordinator)) {
-        IdgenError::CitusNotCoordinator {
-            function: "segment_citus_catch_up",
-        }
-        .raise();
-    }
+    require_coordinator("segment_citus_catch_up");
     match distributor::citus_catch_up_now() {
         Ok(Ok(raised)) => TableIterator::new(raised.into_iter().map(|r| (r.tag, r.from, r.to))),
         Ok(Err(unanswered)) => super::citus_catch_up::refuse(unanswered),

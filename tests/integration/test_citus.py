@@ -16,7 +16,7 @@ import psycopg
 import pytest
 from psycopg import errors
 
-from citus_cluster import CitusCluster, citus_available, free_port
+from citus_cluster import CITUS_CONF, CitusCluster, citus_available, free_port
 from cluster import PG_BIN
 from helpers import REPO, assert_unique, draw_snowflakes, promote, replayed, standby_of, wait_for
 
@@ -388,6 +388,23 @@ def test_the_coordinator_failed_over_to_an_asynchronous_standby_catches_up_befor
     with pytest.raises(psycopg.Error) as on_worker:
         w1.sql("SELECT * FROM segment_citus_catch_up()")
     assert on_worker.value.sqlstate == "0A000", on_worker.value
+    assert "this node is a worker" in on_worker.value.diag.message_primary
+    assert "pg_dist_node WHERE groupid = 0" in on_worker.value.diag.message_hint
+
+
+def test_the_coordinators_functions_on_a_node_in_no_cluster_say_so(make_cluster):
+    """A node with Citus that is in no cluster yet has nothing to catch up:
+    refused, and the hint names no catalog query that cannot answer."""
+    node = make_cluster(conf=CITUS_CONF)
+    node.start()
+    node.sql("CREATE EXTENSION citus")
+    node.sql("CREATE EXTENSION pg_idgen")
+    for call in ("segment_citus_catch_up()", "segment_citus_range('orders', 1, NULL)"):
+        with pytest.raises(psycopg.Error) as refused:
+            node.sql(f"SELECT * FROM {call}")
+        assert refused.value.sqlstate == "0A000", refused.value
+        assert "in no Citus cluster yet" in refused.value.diag.message_primary
+        assert "pg_dist_node" not in refused.value.diag.message_hint
 
 
 def test_a_worker_refused_below_its_mark_is_told_the_catch_up_that_raises_every_tag(make_cluster):

@@ -16,7 +16,8 @@ import pytest
 
 from adversary import REACH_TIMEOUT, Failpoint, paused
 from helpers import (PINNED, SHARDING_EXAMPLES, archived, assert_increasing, assert_unique, draw, draw_plain,
-                     free_ports, hand_made_central_table, in_thread, joined, promote, psql_file, row_locked, wait_for)
+                     free_ports, hand_made_central_table, in_thread, joined, promote, psql_file, replayed,
+                     row_locked, wait_for)
 from proxy import LinkProxy
 
 # Shards keep a bounded cache, so that a test can run it dry.
@@ -964,9 +965,7 @@ def test_a_central_server_that_lost_other_shards_ranges_is_refused_by_a_shard_th
     successor.append_conf(f"unix_socket_directories = '{successor.dir}'")
     if how == "failover":
         successor.start()
-        (lsn,), = central.sql("SELECT pg_current_wal_flush_lsn()")
-        assert wait_for(lambda: successor.sql(
-            "SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", (lsn,)) == [(True,)], timeout=60)
+        assert replayed(central, successor)
         successor.stop()   # misses everything from here on
     else:
         (target,), = central.sql("SELECT pg_current_wal_lsn()::text")

@@ -293,5 +293,10 @@ CREATE TABLE restored (id bigint DEFAULT segment_nextval('restored'));
 RESET check_function_bodies;
 DROP TABLE links, link_copies, typo, later, restored;
 
+-- The Citus coordinator's functions on a server without Citus: refused,
+-- saying there is nothing to do.
+SELECT * FROM segment_citus_catch_up();
+SELECT * FROM segment_citus_range('orders', 1, NULL);
+
 -- Leave the database as it was found.
 DROP EXTENSION pg_idgen CASCADE;
