@@ -50,11 +50,13 @@ pub struct BackendBlock {
     /// The slot and generation the IDs were taken under.
     pub index: usize,
     pub generation: u64,
-    /// The ID after the last one this backend took (`None`: none yet).
-    after_last: Option<i64>,
-    /// True only while the size is one and the block holds no ID (it may
-    /// lag false until the next take settles it): what `takes_single`
-    /// reads instead of the four fields.
+    /// The ID after the last one this backend took, if `has_last` (a
+    /// plain pair rather than an `Option`: `took_single` reads one word).
+    after_last: i64,
+    has_last: bool,
+    /// True only while the size is one, the block holds no ID and a last
+    /// ID is known (it may lag false until the next take settles it): what
+    /// `takes_single` reads instead of the five fields.
     single: bool,
     /// How many IDs the next take asks for.
     size: u64,
@@ -85,7 +87,8 @@ impl BackendBlock {
         next: 0,
         left: 0,
         size: 1,
-        after_last: None,
+        after_last: 0,
+        has_last: false,
         single: false,
         reported_size: 1,
     };
@@ -128,7 +131,8 @@ impl BackendBlock {
 
     /// Sets `single` from the fields it stands for.
     fn settle(&mut self) {
-        self.single = self.size == 1 && self.left == 0 && self.run + 1 >= self.count;
+        self.single =
+            self.size == 1 && self.left == 0 && self.run + 1 >= self.count && self.has_last;
     }
 
     /// Whether the next ID of slot `index`, `generation` is one taken
@@ -145,19 +149,27 @@ impl BackendBlock {
     /// size of one only changes when someone took in between).
     #[inline]
     pub fn took_single(&mut self, id: i64) {
-        if self.after_last.is_some_and(|after| id != after) {
+        // `single` holds only with a last ID known.
+        if id != self.after_last {
             self.adapt(id);
             self.single = false;
         }
-        self.after_last = id.checked_add(1);
+        self.after_last = id.wrapping_add(1);
     }
 
     /// A single ID taken from the chain (the block is one ID): adapts.
     pub fn took_one(&mut self, index: usize, generation: u64, id: i64) {
         self.retarget(index, generation);
         self.adapt(id);
+        self.took_last(id);
         self.clear();
-        self.after_last = id.checked_add(1);
+    }
+
+    /// Records `last` as the last ID this backend took. After the largest
+    /// ID there is none to take, so the wrap is never compared with one.
+    fn took_last(&mut self, last: i64) {
+        self.after_last = last.wrapping_add(1);
+        self.has_last = true;
     }
 
     /// A block taken from the chain for slot `index`, `generation`:
@@ -172,7 +184,7 @@ impl BackendBlock {
         self.run = 0;
         (self.next, self.left) = self.runs[0];
         let &(last_first, last_len) = runs.last()?;
-        self.after_last = last_first.checked_add(last_len as i64);
+        self.took_last(last_first + (last_len as i64 - 1));
         let first = self.next_id();
         self.settle();
         first
@@ -183,7 +195,7 @@ impl BackendBlock {
         if !self.is_for(index, generation) {
             self.index = index;
             self.generation = generation;
-            self.after_last = None;
+            self.has_last = false;
             self.size = 1;
         }
     }
@@ -192,7 +204,7 @@ impl BackendBlock {
     /// takes, halves it when no one did.
     #[inline]
     fn adapt(&mut self, first: i64) {
-        let contended = self.after_last.is_some_and(|after| first != after);
+        let contended = self.has_last && first != self.after_last;
         self.size = match contended {
             true => (self.size * 2).min(MAX_BLOCK),
             false => (self.size / 2).max(1),
