@@ -9,7 +9,7 @@
 # (tests/bench/citus.py; Citus is built into 16, 17 and 18 only: with
 # --pg 15 its table says it was not measured), then bulk loads and IDs
 # fetched by a client (tests/bench/bulk.py), then this tree against release
-# 0.2.0 on a copy of a relocatable PostgreSQL (tests/bench/release_delta.py;
+# 0.3.0 on a copy of a relocatable PostgreSQL (tests/bench/release_delta.py;
 # with --pg 16, 17 or 18 only: 15 is Debian's package, which cannot be
 # copied), and last the summary (tests/bench/publish.py). Full run: under 15
 # minutes on 2 cores, a minute more for the call-site cache and for the

@@ -13,8 +13,9 @@ PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
 # it includes need gssapi; the PyPI builds have lz4 and zstd).
 # pgbouncer: test_poolers.py (its own pgbouncer process on 127.0.0.1; the
 # package's service is not used).
+# valgrind: the benchmark's instruction counts (tests/bench/release_delta.py).
 PACKAGES=(postgresql-15 postgresql-server-dev-15 postgresql-contrib libclang-dev clang sudo faketime
-          patroni etcd-server etcd-client libkrb5-dev liblz4-dev libzstd-dev pgbouncer)
+          patroni etcd-server etcd-client libkrb5-dev liblz4-dev libzstd-dev pgbouncer valgrind)
 
 step() { printf '\n== %s\n' "$*"; }
 

@@ -1,18 +1,22 @@
 """This tree against the release before it, in one run: the marginal cost
-per ID of snowflake_nextval() and segment_nextval() in 0.2.0 (commit
-0a85b84, built from this repository's history with the release profile)
-and in this tree, on two throwaway clusters of the same PostgreSQL, rounds
-interleaved in a shuffled order.
+of snowflake_nextval(), of segment_nextval() one ID per call and a batch
+of N in one call, and of segment_reserve(), in release BEFORE (built from
+this repository's history with the release profile) and in this tree, on
+two throwaway clusters of the same PostgreSQL, rounds interleaved in a
+shuffled order.
 
   python tests/bench/release_delta.py [--quick] [--out DIR]
 
 Two servers cannot load two libraries of one name from one installation, so
 each side gets a copy of the relocatable PostgreSQL's tree (16, 17 or 18;
 PG_BIN names it) with its own pg_idgen.so. The cost is measured as in
-bench.py — `SELECT count(f()) FROM generate_series(1, N)` less the bare
-query, divided by N — but in the backend's CPU time (/proc/PID/schedstat),
+bench.py — `SELECT count(f()) FROM generate_series(1, N)` (FUNCTIONS has
+each query) less the bare query, divided by N — but in the backend's CPU time (/proc/PID/schedstat),
 not wall time: the difference sought is a few ns per ID, and on a shared
-2-core machine wall time swings by tens. Writes release_delta.md and
+2-core machine wall time swings by tens. CPU time still moves by several
+ns from run to run, so each side's server then runs once more under
+callgrind, which counts the instructions of a call: the same at every run
+(valgrind, from tests/setup.sh). Writes release_delta.md and
 release_delta.json to --out (the docs' <!-- bench-release:start --> block is
 put in by publish.py, from a whole run of bash tests/bench.sh --update-docs
 with --pg 16, 17 or 18; a run on 15, Debian's PostgreSQL, which cannot be
@@ -24,16 +28,40 @@ import shutil
 import statistics
 import subprocess
 import tempfile
+import time
+
+import psycopg
 
 from bench import PG_BIN, bench_command, describe_machine, header, parse_run_args, progress, spread, write_results
 from cluster import Cluster
 from releases import RELEASES, build_release, pg_config_value
 
-BEFORE = "0.2.0"
+BEFORE = "0.3.0"
 MODES = {"full": dict(n=1_000_000, rounds=81), "quick": dict(n=300_000, rounds=2)}
-FUNCTIONS = {"snowflake_nextval()": "snowflake_nextval()",
-             "segment_nextval, step 1,000": "segment_nextval('step1000')"}
+# label → the query that makes N of them: one ID per call, one call per
+# row; a batch of N IDs in one call; a reservation of 10 IDs per row (in
+# the select list: a LATERAL call with constant arguments runs once).
+FUNCTIONS = {"snowflake_nextval()": "SELECT count(snowflake_nextval()) FROM generate_series(1, {n})",
+             "segment_nextval, step 1,000": "SELECT count(segment_nextval('step1000')) FROM generate_series(1, {n})",
+             "segment_nextval(tag, n), per ID": "SELECT count(*) FROM segment_nextval('step1000', {n})",
+             "segment_reserve(tag, 10), per call": "SELECT count(*) FROM (SELECT segment_reserve('counted', 10) "
+                                                   "FROM generate_series(1, {n})) r"}
 CONF = ["shared_buffers = '256MB'", "synchronous_commit = off"]
+# What `counted` counts: each function's C entry point, where callgrind
+# counts, and the query that calls it N times. The counted tag's step is so large that no refill
+# falls in the count: its waits are not the call's cost.
+COUNTED = {"snowflake_nextval()": ("snowflake_nextval_wrapper",
+                                    "SELECT count(snowflake_nextval()) FROM generate_series(1, {n})"),
+           "segment_nextval, step 10,000,000": ("segment_nextval_fast",
+                                                "SELECT count(segment_nextval('counted')) FROM generate_series(1, {n})"),
+           "segment_nextval(tag, n), per ID": ("segment_nextval_many_wrapper",
+                                               "SELECT count(*) FROM segment_nextval('counted', {n})"),
+           "segment_reserve(tag, 10), per call": ("segment_reserve_wrapper",
+                                                  "SELECT count(*) FROM (SELECT segment_reserve('counted', 10) "
+                                                  "FROM generate_series(1, {n})) r")}
+# The calls of the two counted sessions: the difference leaves out what a
+# session's first call costs (resolving the tag, the call site).
+COUNTED_CALLS = {"full": (10_000, 110_000), "quick": (1_000, 11_000)}
 
 
 def cpu_timed(conn, pid, query):
@@ -55,6 +83,55 @@ def copy_of_postgres(work, side):
     shutil.copytree(os.path.dirname(os.path.abspath(PG_BIN)), root, symlinks=True)
     subprocess.run(["chmod", "-R", "a+rX", work], check=True)
     return os.path.join(root, "bin", "pg_config")
+
+
+def counted(cluster, work, mode):
+    """Instructions per call of each function, as callgrind counts them:
+    unlike time, the same at every run and whatever else the machine does,
+    so it resolves the few instructions a change adds or saves, which the
+    timed rounds cannot on a shared machine. The server runs under
+    valgrind (its backends too, as forks), counting only inside the
+    function's entry point; after a first session, two sessions make
+    COUNTED_CALLS calls, and the difference of their counts is divided by
+    the difference of their calls. Leaves the cluster running as it found it."""
+    cluster.stop()
+    out = tempfile.mkdtemp(prefix="callgrind.", dir=work)
+    shutil.chown(out, "postgres", "postgres")
+    short, long = COUNTED_CALLS[mode]
+    per_call = {}
+    for label, (symbol, query) in COUNTED.items():
+        server = subprocess.Popen(
+            ["runuser", "-u", "postgres", "--", "valgrind", "--tool=callgrind", f"--toggle-collect={symbol}",
+             f"--callgrind-out-file={out}/{symbol}.%p", f"{cluster.pg_bin}/postgres", "-D", cluster.data],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        counts = []
+        try:
+            deadline = time.monotonic() + 300
+            while True:
+                try:
+                    cluster.sql("SELECT 1")
+                    break
+                except psycopg.OperationalError:
+                    if time.monotonic() > deadline or server.poll() is not None:
+                        raise
+                    time.sleep(0.5)
+            # A first session, not counted, takes the waits of a server just
+            # started (its first range, the keeper's first mark).
+            pids = []
+            for n in (short, short, long):
+                with cluster.connect() as conn:
+                    pids.append(conn.execute("SELECT pg_backend_pid()").fetchone()[0])
+                    conn.execute(query.format(n=n)).fetchall()
+            pids = pids[1:]
+        finally:
+            cluster.stop()
+            server.wait(timeout=300)
+        for pid in pids:
+            with open(os.path.join(out, f"{symbol}.{pid}")) as f:
+                counts.append(next(int(line.split()[1]) for line in f if line.startswith("totals:")))
+        per_call[label] = (counts[1] - counts[0]) / (long - short)
+    cluster.start()
+    return per_call
 
 
 def install_release(pg_config, work):
@@ -85,6 +162,7 @@ def main():
             cluster.start()
             cluster.sql(f"CREATE EXTENSION pg_idgen {version}")
             cluster.sql("SELECT segment_create('step1000', step => 1000)")
+            cluster.sql("SELECT segment_create('counted', step => 10000000)")
             cluster.sql("SELECT segment_nextval('step1000')")
         costs = {side: {label: [] for label in FUNCTIONS} for side in clusters}
         n = settings["n"]
@@ -96,7 +174,7 @@ def main():
             for side, label in work_items:
                 conn, pid = conns[side], pids[side]
                 bare = cpu_timed(conn, pid, f"SELECT count(*) FROM generate_series(1, {n})")
-                seconds = cpu_timed(conn, pid, f"SELECT count({FUNCTIONS[label]}) FROM generate_series(1, {n})")
+                seconds = cpu_timed(conn, pid, FUNCTIONS[label].format(n=n))
                 bare = (bare + cpu_timed(conn, pid, f"SELECT count(*) FROM generate_series(1, {n})")) / 2
                 costs[side][label].append((seconds - bare) / n * 1e9)
         # Whether calls waited for the keeper's mark (a WAL commit since
@@ -106,7 +184,9 @@ def main():
             for side, conn in conns.items()}
         for conn in conns.values():
             conn.close()
-        results = {"waits": waits, "command": bench_command(args.quick, "release_delta.py"), "mode": mode, "n": n,
+        progress("counting instructions per call under callgrind")
+        instructions = {side: counted(cluster, work, mode) for side, cluster in clusters.items()}
+        results = {"instructions": instructions, "counted_calls": COUNTED_CALLS[mode], "waits": waits, "command": bench_command(args.quick, "release_delta.py"), "mode": mode, "n": n,
                    "rounds": settings["rounds"], "before": BEFORE, "commit_before": RELEASES[BEFORE],
                    "machine": describe_machine(clusters["this tree"], dbname="postgres"), "marginal_ns": costs}
     finally:
@@ -122,10 +202,10 @@ def markdown(results, mode):
     lines = [header(results["machine"], results["command"], mode),
              "",
              f"**This tree against {before}** (`tests/bench/release_delta.py`, commit {results['commit_before']}, "
-             f"built with the release profile; two copies of the same PostgreSQL): marginal cost per ID, "
+             f"built with the release profile; two copies of the same PostgreSQL): marginal cost (per ID, or per call where it says so), "
              f"N = {results['n']:,}, backend CPU time, median (and range) of {results['rounds']} interleaved rounds.",
              "",
-             f"| per ID, over the bare query | {before} | this tree | this tree / {before} |",
+             f"| over the bare query | {before} | this tree | this tree / {before} |",
              "|---|---:|---:|---:|"]
     for label in FUNCTIONS:
         old = results["marginal_ns"][before][label]
@@ -133,6 +213,17 @@ def markdown(results, mode):
         ratio = statistics.median(new) / statistics.median(old)
         lines.append(f"| `{label}` | {statistics.median(old):.1f} ns ({spread(old)}) | "
                      f"{statistics.median(new):.1f} ns ({spread(new)}) | {ratio:.2f} |")
+    short, long = results["counted_calls"]
+    lines += ["", f"Instructions per call, counted by callgrind (`valgrind --tool=callgrind`, inside the "
+                  f"function's entry point; a session of {long:,} calls less one of {short:,}): the same at "
+                  f"every run, where the times above move by several ns from run to run.",
+              "",
+              f"| instructions per call | {before} | this tree | difference |",
+              "|---|---:|---:|---:|"]
+    for label in COUNTED:
+        old = results["instructions"][before][label]
+        new = results["instructions"]["this tree"][label]
+        lines.append(f"| `{label}` | {old:,.0f} | {new:,.0f} | {round(new) - round(old):+,} |")
     waits = results["waits"]
     lines += ["", "Waits of `snowflake_nextval()` over the run (`snowflake_status`): " + "; ".join(
         f"{side}: {w['persist_waits']:,} for the keeper's mark, {w['lead_waits']:,} for the clock"
