@@ -215,7 +215,7 @@ if [[ $major == "$PG_DEBIAN_MAJOR" ]]; then
     why="it copies a relocatable PostgreSQL (--pg 16, 17 or 18), and this run was on PostgreSQL $major,"
     publish+=(--no-release "$why Debian's package")
 elif runs release; then
-    echo; echo "== benchmark: this tree against release 0.2.0"
+    echo; echo "== benchmark: this tree against the release before it (tests/bench/release_delta.py)"
     .venv/bin/python tests/bench/release_delta.py "${args[@]}"
 fi
 
