@@ -165,6 +165,18 @@ impl BackendBlock {
         self.clear();
     }
 
+    /// IDs of slot `index`, `generation` up to `last` that this backend
+    /// took by another path (a batch's chunk, a reservation), after giving
+    /// the block up: its own, not another backend's, so the next take
+    /// compares with the ID after them and sees no contention. (Without
+    /// this, a backend alone that mixes the two would double its block at
+    /// every take, and give each one up as a gap.)
+    pub fn took_elsewhere(&mut self, index: usize, generation: u64, last: i64) {
+        if self.is_for(index, generation) && self.has_last {
+            self.after_last = last.wrapping_add(1);
+        }
+    }
+
     /// Records `last` as the last ID this backend took. After the largest
     /// ID there is none to take, so the wrap is never compared with one.
     fn took_last(&mut self, last: i64) {
@@ -247,6 +259,42 @@ mod tests {
             .map(|_| take(&chain, &mut block).unwrap())
             .collect();
         assert_eq!(ids, (1..=5_000).collect::<Vec<_>>());
+        assert_eq!(block.size(), 1);
+    }
+
+    /// Takes up to `n` IDs the way `sql.rs`'s `take_block` does for a
+    /// batch or a reservation: the block given up first.
+    fn take_batch(chain: &RangeChain, block: &mut BackendBlock, n: u64) -> Vec<i64> {
+        block.clear();
+        let Some(taken) = chain.take_block(n) else {
+            return Vec::new();
+        };
+        let ids: Vec<i64> = taken
+            .runs()
+            .iter()
+            .flat_map(|&(first, len)| first..first + len as i64)
+            .collect();
+        if let Some(&last) = ids.last() {
+            block.took_elsewhere(0, 1, last);
+        }
+        ids
+    }
+
+    #[test]
+    fn a_backend_alone_mixing_batches_with_single_takes_leaves_no_gap() {
+        let chain = RangeChain::new();
+        chain.publish(1, 1_000_000, 900_000).unwrap();
+        let mut block = BackendBlock::default();
+        let mut ids = Vec::new();
+        for round in 0..40 {
+            ids.push(take(&chain, &mut block).unwrap());
+            ids.extend(take_batch(&chain, &mut block, 1 + round % 3));
+        }
+        let expected: Vec<i64> = (1..=ids.len() as i64).collect();
+        assert_eq!(
+            ids, expected,
+            "a gap: the backend's own batch read as contention"
+        );
         assert_eq!(block.size(), 1);
     }
 

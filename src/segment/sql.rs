@@ -450,16 +450,23 @@ fn wake_worker(registry: &Registry, index: usize) {
 
 /// Up to `n` IDs of a slot at once, for a batch or a reservation: the
 /// backend's own block of the slot (`BLOCKS`) is given up first (a gap),
-/// so that its IDs, taken earlier and lower, never come after these.
+/// so that its IDs, taken earlier and lower, never come after these; and
+/// told of these, so that the next scalar take does not read them as
+/// another backend's.
 fn take_block(
     registry: &Registry,
     index: usize,
     generation: u64,
     n: u64,
 ) -> Option<super::chain::TakenBlock> {
-    // SAFETY: see `block_of`.
+    // SAFETY: see `block_of`; the reference ends before the take.
     unsafe { block_of(index) }.clear();
-    take_chain_block(registry, index, generation, n)
+    let taken = take_chain_block(registry, index, generation, n)?;
+    if let Some(&(first, len)) = taken.runs().last() {
+        // SAFETY: see `block_of`.
+        unsafe { block_of(index) }.took_elsewhere(index, generation, first + (len as i64 - 1));
+    }
+    Some(taken)
 }
 
 /// Up to `n` IDs of a slot at once from its chain; the block counts as

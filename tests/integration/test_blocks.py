@@ -213,6 +213,25 @@ def test_reserve_and_base62_from_every_calling_context_and_after_a_restart(make_
             assert conn.execute("SELECT idgen_base62(%s::bigint)", (id_,), prepare=True).fetchone()[0] == code
 
 
+@pytest.mark.parametrize("other", ["segment_nextval(%s, 1)", "segment_reserve(%s, 1)"])
+def test_a_backend_alone_mixing_single_calls_with_batches_leaves_no_gap(cluster, db, other):
+    """One session, no other drawing the tag: its own batches and
+    reservations between single calls are not contention, so its IDs stay
+    consecutive, its block one ID, and its exit loses nothing."""
+    tag = "alone_" + other.split("(")[0]
+    cluster.sql(f"SELECT segment_create('{tag}', step => 1000000)", dbname=db)
+    ids = []
+    with cluster.connect(db) as conn:
+        for _ in range(40):
+            ids += [r[0] for r in conn.execute("SELECT segment_nextval(%s)", (tag,))]
+            ids += [r[0] for r in conn.execute(f"SELECT * FROM {other}", (tag,))]
+        (size,), = conn.execute("SELECT block_size FROM segment_status WHERE tag = %s", (tag,)).fetchall()
+    assert ids == list(range(ids[0], ids[0] + len(ids))), "a gap in a lone session's IDs"
+    assert size == 1
+    (after_exit,), = cluster.sql("SELECT segment_nextval(%s)", (tag,), dbname=db)
+    assert after_exit == ids[-1] + 1, "the session's exit lost IDs"
+
+
 def test_backends_drawing_one_hot_tag_at_once_repeat_nothing(cluster, db):
     """Issue 39: backends drawing one tag at once (each may take blocks of
     its own while they contend: whether they do depends on how the machine
