@@ -38,7 +38,7 @@ use super::distributor::{
 };
 use super::fence::refusal;
 use super::registry::registry_or_raise;
-use super::sql::{forget_resolved, note_setval};
+use super::sql::{forget_resolved, last_of, note_setval};
 use super::tag::{self, check_tag, current_table_oid, table_name};
 use crate::catalog::{as_owner, my_database, quote_identifier, quote_literal, table_schema};
 use crate::errors::{required, IdgenError};
@@ -333,9 +333,10 @@ fn segment_setval(tag: Option<&str>, value: Option<i64>, fcinfo: pg_sys::Functio
     // After the write, with the row locked: a refill that read the row
     // before has committed, and its range, published or not, goes with the
     // slot; the next refill waits for this transaction.
+    let previous = last_of(registry, tag.as_bytes());
     registry.free(my_database(), tag.as_bytes());
     forget_resolved(tag.as_bytes());
-    note_setval(tag.as_bytes(), value);
+    note_setval(tag.as_bytes(), value, previous);
     value
 }
 

@@ -143,8 +143,10 @@ thread_local! {
 }
 
 /// Records `value` as `tag`'s last in this backend for `segment_setval`,
-/// unless the write it made is rolled back (or prepared).
-pub fn note_setval(tag: &[u8], value: i64) {
+/// unless the write it made is rolled back (or prepared): then `previous`
+/// comes back, what `segment_currval` gave before (`last_of`, read before
+/// the set freed the slot whose record it may have been).
+pub fn note_setval(tag: &[u8], value: i64, previous: Option<(i64, u64)>) {
     if !SETVAL_CALLBACKS.with(|r| r.replace(true)) {
         // SAFETY: registers process-lifetime callbacks once per backend.
         unsafe {
@@ -154,10 +156,10 @@ pub fn note_setval(tag: &[u8], value: i64) {
     }
     // SAFETY: a read of this backend's transaction state, in a transaction.
     let subtransaction = unsafe { pg_sys::GetCurrentSubTransactionId() };
-    let replaced = note_last_of_tag(tag, value);
+    note_last_of_tag(tag, value);
     SETVAL_UNDO.with(|undo| {
         undo.borrow_mut()
-            .push((tag.to_vec(), replaced, subtransaction))
+            .push((tag.to_vec(), previous, subtransaction))
     });
 }
 
@@ -222,22 +224,30 @@ fn segment_currval(tag: Option<&str>) -> i64 {
     let registry = registry_or_raise();
     let tag = required(tag, "segment tag");
     check_tag(tag.as_bytes());
+    match last_of(registry, tag.as_bytes()) {
+        Some((id, _)) => id,
+        None => IdgenError::CurrvalNotYetDefined {
+            tag: tag.to_string(),
+        }
+        .raise(),
+    }
+}
+
+/// `tag`'s last value in this backend with its stamp, the newer of its
+/// slot's record (while the slot keeps its generation) and the by-tag one.
+pub fn last_of(registry: &Registry, tag: &[u8]) -> Option<(i64, u64)> {
     let from_slot = registry
-        .find(my_database(), tag.as_bytes())
+        .find(my_database(), tag)
         .and_then(|(index, generation)| {
             let last = LAST_IDS.get()?.get(index)?;
             let stamp = last.stamp.load(Ordering::Relaxed);
             (stamp > 0 && last.generation.load(Ordering::Relaxed) == generation)
                 .then(|| (last.id.load(Ordering::Relaxed), stamp))
         });
-    let by_tag = LAST_BY_TAG.with(|map| map.borrow().get(tag.as_bytes()).copied());
+    let by_tag = LAST_BY_TAG.with(|map| map.borrow().get(tag).copied());
     match (from_slot, by_tag) {
-        (Some(a), Some(b)) => std::cmp::max_by_key(a, b, |&(_, stamp)| stamp).0,
-        (Some((id, _)), None) | (None, Some((id, _))) => id,
-        (None, None) => IdgenError::CurrvalNotYetDefined {
-            tag: tag.to_string(),
-        }
-        .raise(),
+        (Some(a), Some(b)) => Some(std::cmp::max_by_key(a, b, |&(_, stamp)| stamp)),
+        (a, b) => a.or(b),
     }
 }
 

@@ -77,6 +77,17 @@ RELEASE SAVEPOINT t;
 COMMIT;
 SELECT segment_currval('rolled') AS released_and_committed;
 SELECT segment_nextval('rolled') > 8500 AS next_above_it;
+-- What a rollback puts back may be an ID segment_nextval gave.
+BEGIN;
+SELECT segment_setval('rolled', 9500);
+ROLLBACK;
+SELECT segment_currval('rolled') AS the_last_nextval;
+BEGIN;
+SAVEPOINT u;
+SELECT segment_setval('rolled', 9600);
+ROLLBACK TO SAVEPOINT u;
+SELECT segment_currval('rolled') AS still_the_last_nextval;
+COMMIT;
 SELECT segment_setval('counter', 10);
 \echo :LAST_ERROR_SQLSTATE
 SELECT segment_setval('counter', -1);
