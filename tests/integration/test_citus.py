@@ -365,12 +365,16 @@ def test_the_coordinator_failed_over_to_an_asynchronous_standby_catches_up_befor
                            "USING (system_identifier, timeline)") == [(0,)], why
         return refused.value
 
-    w2.stop("fast")
-    refused_while("worker 2 down")
-    w2.start()
+    # Once refused, the refill worker retries by itself: from here until
+    # the end, never every worker answering at once (worker 2 goes down
+    # while the other is still disabled), or a retry would catch up between
+    # two steps.
     extra.stop("fast")
     standby.sql("SELECT citus_disable_node('127.0.0.1', %s, synchronous := true)", (extra.port,))
     assert "disabled" in refused_while("a worker disabled").diag.message_primary
+    w2.stop("fast")
+    refused_while("worker 2 down")
+    w2.start()
     extra.start()
     standby.sql("SELECT citus_activate_node('127.0.0.1', %s)", (extra.port,))
 
