@@ -195,8 +195,7 @@ impl BackendBlock {
         self.count = runs.len();
         self.run = 0;
         (self.next, self.left) = self.runs[0];
-        let &(last_first, last_len) = runs.last()?;
-        self.took_last(last_first + (last_len as i64 - 1));
+        self.took_last(block.last_id()?);
         let first = self.next_id();
         self.settle();
         first
@@ -269,15 +268,14 @@ mod tests {
         let Some(taken) = chain.take_block(n) else {
             return Vec::new();
         };
-        let ids: Vec<i64> = taken
+        if let Some(last) = taken.last_id() {
+            block.took_elsewhere(0, 1, last);
+        }
+        taken
             .runs()
             .iter()
             .flat_map(|&(first, len)| first..first + len as i64)
-            .collect();
-        if let Some(&last) = ids.last() {
-            block.took_elsewhere(0, 1, last);
-        }
-        ids
+            .collect()
     }
 
     #[test]

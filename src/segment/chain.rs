@@ -113,6 +113,13 @@ impl TakenBlock {
     pub fn is_empty(&self) -> bool {
         self.count == 0
     }
+
+    /// The largest ID of the block (`None`: empty).
+    pub fn last_id(&self) -> Option<i64> {
+        self.runs()
+            .last()
+            .map(|&(first, len)| first + (len as i64 - 1))
+    }
 }
 
 /// Why a range could not be published.

@@ -204,28 +204,30 @@ fn segment_drop(
             .map(|t| t.len())?;
         // As the extension's owner: the grants that let a role drop a tag
         // are on id_segment, not on the attachment tables.
-        let owner = crate::catalog::table_name_and_owner(table_oid)
-            .map_or(pg_sys::InvalidOid, |(_, owner)| owner);
         if let Some(detach) = &detach {
-            deleted += as_owner(owner, || -> Result<usize, pgrx::spi::Error> {
-                let detached = client.update(detach, None, &[tag.into()])?;
-                let count = detached.len();
-                if let (Some((forget, keep)), false) = (&keep_mark, detached.is_empty()) {
-                    let row = detached.first();
-                    if let (Some(server), Some(mark), Some(record)) = (
-                        row.get::<String>(1)?,
-                        row.get::<i64>(2)?,
-                        row.get::<String>(3)?,
-                    ) {
-                        // Dropped from that server before: the larger mark.
-                        let before = client.update(forget, None, &[tag.into(), server.into()])?;
-                        let mark =
-                            mark.max(before.first().get::<i64>(1).ok().flatten().unwrap_or(mark));
-                        client.update(keep, None, &[record.into(), mark.into()])?;
+            deleted += as_owner(
+                tag::table_owner(table_oid),
+                || -> Result<usize, pgrx::spi::Error> {
+                    let detached = client.update(detach, None, &[tag.into()])?;
+                    let count = detached.len();
+                    if let (Some((forget, keep)), false) = (&keep_mark, detached.is_empty()) {
+                        let row = detached.first();
+                        if let (Some(server), Some(mark), Some(record)) = (
+                            row.get::<String>(1)?,
+                            row.get::<i64>(2)?,
+                            row.get::<String>(3)?,
+                        ) {
+                            // Dropped from that server before: the larger mark.
+                            let before =
+                                client.update(forget, None, &[tag.into(), server.into()])?;
+                            let mark = mark
+                                .max(before.first().get::<i64>(1).ok().flatten().unwrap_or(mark));
+                            client.update(keep, None, &[record.into(), mark.into()])?;
+                        }
                     }
-                }
-                Ok(count)
-            })?;
+                    Ok(count)
+                },
+            )?;
         }
         Ok::<_, pgrx::spi::Error>(deleted)
     })
@@ -275,9 +277,7 @@ fn segment_setval(tag: Option<&str>, value: Option<i64>, fcinfo: pg_sys::Functio
         if let Some(remote) = tag::remote_table_name(table_oid) {
             // Read as the extension's owner: the grants that let a role
             // set a tag are on id_segment, not on id_segment_remote.
-            let owner = crate::catalog::table_name_and_owner(table_oid)
-                .map_or(pg_sys::InvalidOid, |(_, owner)| owner);
-            let attached = as_owner(owner, || {
+            let attached = as_owner(tag::table_owner(table_oid), || {
                 client.select(
                     &format!(
                         "SELECT server::pg_catalog.text FROM {remote} WHERE biz_tag OPERATOR(pg_catalog.=) $1"

@@ -472,9 +472,9 @@ fn take_block(
     // SAFETY: see `block_of`; the reference ends before the take.
     unsafe { block_of(index) }.clear();
     let taken = take_chain_block(registry, index, generation, n)?;
-    if let Some(&(first, len)) = taken.runs().last() {
+    if let Some(last) = taken.last_id() {
         // SAFETY: see `block_of`.
-        unsafe { block_of(index) }.took_elsewhere(index, generation, first + (len as i64 - 1));
+        unsafe { block_of(index) }.took_elsewhere(index, generation, last);
     }
     Some(taken)
 }

@@ -63,6 +63,14 @@ pub fn table_name(table_oid: u32) -> String {
         .unwrap_or_else(|| IdgenError::ExtensionDropped.raise())
 }
 
+/// The owner of table `table_oid` (the extension's owner, for
+/// `id_segment`): what statements on its side tables run as.
+pub fn table_owner(table_oid: u32) -> pg_sys::Oid {
+    table_name_and_owner(table_oid)
+        .map(|(_, owner)| owner)
+        .unwrap_or_else(|| IdgenError::ExtensionDropped.raise())
+}
+
 /// Whether the calling transaction can see `tag`'s row, and whether it has
 /// written or locked that row itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

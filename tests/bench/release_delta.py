@@ -197,6 +197,11 @@ def main():
     write_results(out, "release_delta", results, markdown(results, mode))
 
 
+def sides(results, key, labels):
+    """(label, the release's figure, this tree's) of each label under key."""
+    return [(label, results[key][results["before"]][label], results[key]["this tree"][label]) for label in labels]
+
+
 def markdown(results, mode):
     before = results["before"]
     lines = [header(results["machine"], results["command"], mode),
@@ -207,9 +212,7 @@ def markdown(results, mode):
              "",
              f"| over the bare query | {before} | this tree | this tree / {before} |",
              "|---|---:|---:|---:|"]
-    for label in FUNCTIONS:
-        old = results["marginal_ns"][before][label]
-        new = results["marginal_ns"]["this tree"][label]
+    for label, old, new in sides(results, "marginal_ns", FUNCTIONS):
         ratio = statistics.median(new) / statistics.median(old)
         lines.append(f"| `{label}` | {statistics.median(old):.1f} ns ({spread(old)}) | "
                      f"{statistics.median(new):.1f} ns ({spread(new)}) | {ratio:.2f} |")
@@ -220,9 +223,7 @@ def markdown(results, mode):
               "",
               f"| instructions per call | {before} | this tree | difference |",
               "|---|---:|---:|---:|"]
-    for label in COUNTED:
-        old = results["instructions"][before][label]
-        new = results["instructions"]["this tree"][label]
+    for label, old, new in sides(results, "instructions", COUNTED):
         lines.append(f"| `{label}` | {old:,.0f} | {new:,.0f} | {round(new) - round(old):+,} |")
     waits = results["waits"]
     lines += ["", "Waits of `snowflake_nextval()` over the run (`snowflake_status`): " + "; ".join(
