@@ -131,7 +131,9 @@ def test_an_administrator_lowers_max_id_on_purpose_and_only_a_superuser_can(dura
     except psycopg.Error:
         pass
     assert not lowered, f"a role that is not superuser lowered max_id through {lowered}"
-    assert row_range(c, db, "lower")[0] == before
+    # Not below where it was: the refill worker may have taken the next
+    # range meanwhile (the draw above crossed its prefetch mark).
+    assert row_range(c, db, "lower")[0] >= before
 
 
 def test_an_outside_program_adding_step_without_the_version_never_overlaps(durable):
