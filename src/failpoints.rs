@@ -18,6 +18,8 @@
 //! server, its row lock held, before the commit: from the central server's
 //! side, a link that froze there), `worker-before-publish` (after the
 //! refill committed, before the range is published to shared memory),
+//! `refill-before-cas` (a refill's version-CAS on the local `id_segment`
+//! has read the row and not yet sent its UPDATE),
 //! `worker-before-give-back` (a worker told to stop has closed a tag's
 //! chain and not yet given its untaken IDs back to the row),
 //! `lease-before-renew` (the lease keeper, a renewal due, before it sends

@@ -886,7 +886,8 @@ fn cas(
 ) -> Result<Result<Granted, RefillProblem>, pgrx::spi::Error> {
     {
         let read = format!(
-            "SELECT max_id, step::pg_catalog.int8, version FROM {} WHERE biz_tag OPERATOR(pg_catalog.=) $1",
+            "SELECT max_id, step::pg_catalog.int8, version, xmin::pg_catalog.text::pg_catalog.int8 \
+               FROM {} WHERE biz_tag OPERATOR(pg_catalog.=) $1",
             table.qualified_name
         );
         let write = format!(
@@ -900,8 +901,11 @@ fn cas(
         let mut cas_conflicts = 0;
         // The row as the last attempt read it: read the same again after
         // an UPDATE that matched nothing, and nobody else moved it — a
-        // trigger (RETURN NULL), rule or policy skipped the write.
-        let mut unmoved: Option<(i64, i64)> = None;
+        // trigger (RETURN NULL), rule or policy skipped the write. The
+        // row's xmin tells it from a row deleted and inserted again with
+        // the same version and max_id (a drop and create by a session
+        // that read max_id), which the UPDATE found gone.
+        let mut unmoved: Option<(i64, i64, Option<i64>)> = None;
         while cas_conflicts < MAX_CAS_ATTEMPTS {
             let rows = client.update(read.as_str(), Some(1), &[tag.into()])?;
             if rows.is_empty() {
@@ -913,7 +917,8 @@ fn cas(
             else {
                 return Ok(Err(RefillProblem::NoRow));
             };
-            if unmoved == Some((version, max_id)) {
+            let xmin = row.get::<i64>(4)?;
+            if unmoved == Some((version, max_id, xmin)) {
                 return Ok(Err(RefillProblem::WriteNotApplied {
                     read_max_id: max_id,
                     written_max_id: max_id,
@@ -923,6 +928,7 @@ fn cas(
                 Ok(plan) => plan,
                 Err(problem) => return Ok(Err(problem)),
             };
+            failpoint("refill-before-cas");
             let updated = client.update(
                 write.as_str(),
                 None,
@@ -957,7 +963,7 @@ fn cas(
                     row_version,
                 }));
             }
-            unmoved = Some((version, max_id));
+            unmoved = Some((version, max_id, xmin));
             cas_conflicts += 1;
         }
         Ok(Err(RefillProblem::CasContention {

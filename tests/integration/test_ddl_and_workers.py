@@ -780,3 +780,43 @@ def test_tag_dependencies_from_plpgsql_procedures_prepared_statements_cursors_an
         # force => true through the prepared statement drops it.
         conn.execute("EXECUTE drop_tag('orders', true)")
         assert c.sql("SELECT count(*) FROM id_segment WHERE biz_tag = 'orders'") == [(0,)]
+
+
+def test_a_refill_that_finds_its_row_dropped_and_created_alike_takes_the_new_one(lc):
+    """Found by an attack review: a refill read the tag's row (version 0,
+    max_id 0); before its UPDATE, another session dropped the tag and
+    created it again, the new row alike (version 0, max_id 0). The UPDATE
+    found the old row gone, the refill read the new one as the same, took
+    it for a write that a trigger, rule or policy skipped, and failed with
+    09000, whose hint names a trigger that is not there. The refill worker
+    paused between its read and its UPDATE (refill-before-cas) makes it
+    certain: now it tells the rows apart (xmin) and goes on with the new
+    row; the session that waited gets its IDs, and nothing is logged."""
+    c = lc
+    db = c.new_database()
+    c.sql("SELECT segment_create('t', step => 10)", dbname=db)
+    log_before = len(c.log())
+    fp = Failpoint(c, "refill-before-cas")
+    fp.arm("pause")
+    try:
+        drawer, drawn = in_thread(lambda: draw_new(c, db, "t", 30, refill_timeout="60s"))
+        fp.wait_reached(REACH_TIMEOUT)
+        with session(c, db, autocommit=False) as a:
+            a.execute("SELECT segment_drop('t')")
+            a.execute("SELECT segment_create('t', step => 10)")
+            fp.release()
+            # The refill's UPDATE waits for the dropped row's lock.
+            assert wait_for(lambda: c.sql(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND wait_event_type = 'Lock'",
+                (db,))[0][0] > 0)
+            a.commit()
+        result = joined(drawer, drawn)
+    finally:
+        fp.release()
+    assert "error" not in result, result.get("error")
+    ids = result["value"]
+    assert len(ids) == 30
+    assert_unique(ids)
+    assert_increasing(ids)
+    assert "left it at" not in c.log()[log_before:]
+    assert status_row(c, "t", "last_error", dbname=db) == (None,)
