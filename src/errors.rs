@@ -558,6 +558,12 @@ pub enum IdgenError {
     SetvalOfNewTag {
         tag: String,
     },
+    /// An ID of a tag this transaction created after it dropped or renamed
+    /// away a committed tag of the same name: a rollback brings that tag
+    /// back, below the IDs drawn here.
+    DrawAfterRemovedHere {
+        tag: String,
+    },
     /// `segment_setval` to a negative value.
     BadSetvalValue {
         value: i64,
@@ -735,6 +741,7 @@ impl IdgenError {
             | CurrvalNotYetDefined { .. }
             | SetvalOfAttachedTag { .. }
             | SetvalOfNewTag { .. }
+            | DrawAfterRemovedHere { .. }
             | ExtensionDropped
             | TagExhausted { .. } => segment::report(self),
             WorkerNotStarted { .. }
@@ -1330,6 +1337,7 @@ mod tests {
                 server: server(),
             },
             SetvalOfNewTag { tag: tag() },
+            DrawAfterRemovedHere { tag: tag() },
             BadSetvalValue { value: -1 },
             BadLayoutArgument {
                 problem: s("too many bits"),

@@ -13,6 +13,10 @@
 //! * a subtransaction that aborts takes the creations made inside it and
 //!   inside its children (their subtransaction IDs are larger), and undoes
 //!   the drops made there — but never `high_water`;
+//! * a tag created after the transaction dropped or renamed away a
+//!   committed tag of the same name (`removed`) hands out no ID: a
+//!   rollback would bring that tag back, below the IDs handed out here, and
+//!   no write survives the rollback to raise it;
 //! * just before the transaction commits or is prepared
 //!   (`XACT_EVENT_PRE_COMMIT`, `XACT_EVENT_PRE_PREPARE`), the tag's row, if
 //!   there is one, gets `max_id >= high_water`, checked, so every allocator
@@ -40,6 +44,9 @@ struct TagState {
     table_oid: u32,
     high_water: Option<i64>,
     creations: Vec<Creation>,
+    /// The subtransaction that dropped or renamed away a committed tag of
+    /// this name (one this transaction did not create), if any.
+    removed_in: Option<pg_sys::SubTransactionId>,
 }
 
 impl TagState {
@@ -75,6 +82,7 @@ fn with_state<R>(tag: &[u8], table_oid: u32, body: impl FnOnce(&mut TagState) ->
             table_oid,
             high_water: None,
             creations: Vec::new(),
+            removed_in: None,
         });
         state.table_oid = table_oid;
         body(state)
@@ -94,14 +102,25 @@ pub fn created(tag: &[u8], table_oid: u32, start: i64) {
     });
 }
 
-/// Records that the current (sub)transaction dropped `tag`.
-pub fn dropped(tag: &[u8], table_oid: u32) {
+/// Records that the current (sub)transaction dropped `tag`, whose row it
+/// deleted if `deleted`.
+pub fn dropped(tag: &[u8], table_oid: u32, deleted: bool) {
     let (_, subtransaction) = transaction_ids();
-    with_state(tag, table_oid, |state| {
-        if let Some(live) = state.creations.last_mut() {
-            live.dropped_in.get_or_insert(subtransaction);
+    with_state(tag, table_oid, |state| match state.creations.last_mut() {
+        Some(live) if live.dropped_in.is_none() => {
+            live.dropped_in = Some(subtransaction);
         }
+        _ if deleted => {
+            state.removed_in.get_or_insert(subtransaction);
+        }
+        _ => {}
     });
+}
+
+/// Records that the current (sub)transaction renamed away the committed
+/// tag `tag` (`segment_rename`): its name is free, as after a drop.
+pub fn renamed_away(tag: &[u8], table_oid: u32) {
+    dropped(tag, table_oid, true);
 }
 
 /// Whether the current transaction created `tag` and has not dropped it
@@ -129,6 +148,12 @@ pub fn next_ids(tag: &[u8], n: i64) -> Option<(i64, i64)> {
         let mut tags = tags.borrow_mut();
         let state = tags.get_mut(tag).filter(|s| s.transaction == transaction)?;
         let start = state.live()?.start;
+        if state.removed_in.is_some() {
+            IdgenError::DrawAfterRemovedHere {
+                tag: String::from_utf8_lossy(tag).into_owned(),
+            }
+            .raise();
+        }
         let first = match state.high_water {
             Some(i64::MAX) => exhausted(tag),
             Some(high) => (high + 1).max(start),
@@ -189,6 +214,9 @@ unsafe extern "C-unwind" fn on_subtransaction_event(
                 if creation.dropped_in.is_some_and(|s| s >= aborted) {
                     creation.dropped_in = None;
                 }
+            }
+            if state.removed_in.is_some_and(|s| s >= aborted) {
+                state.removed_in = None;
             }
         }
     });

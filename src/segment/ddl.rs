@@ -38,9 +38,9 @@ use super::distributor::{
 };
 use super::fence::refusal;
 use super::registry::registry_or_raise;
-use super::sql::{forget_resolved, last_of, note_setval};
+use super::sql::give_up_slot;
 use super::tag::{self, check_tag, current_table_oid, table_name};
-use crate::catalog::{as_owner, my_database, quote_identifier, quote_literal, table_schema};
+use crate::catalog::{as_owner, quote_identifier, quote_literal, table_schema};
 use crate::errors::{required, IdgenError};
 use crate::remote_session;
 use pgrx::prelude::*;
@@ -239,9 +239,8 @@ fn segment_drop(
         .raise()
     });
     // A tag whose row is already gone may still hold a slot: free it too.
-    let had_slot = registry.free(my_database(), tag.as_bytes());
-    forget_resolved(tag.as_bytes());
-    created_here::dropped(tag.as_bytes(), table_oid);
+    let had_slot = give_up_slot(registry, tag.as_bytes(), None);
+    created_here::dropped(tag.as_bytes(), table_oid, deleted > 0);
     if deleted == 0 && !had_slot {
         IdgenError::UnknownTag {
             tag: tag.to_string(),
@@ -333,10 +332,7 @@ fn segment_setval(tag: Option<&str>, value: Option<i64>, fcinfo: pg_sys::Functio
     // After the write, with the row locked: a refill that read the row
     // before has committed, and its range, published or not, goes with the
     // slot; the next refill waits for this transaction.
-    let previous = last_of(registry, tag.as_bytes());
-    registry.free(my_database(), tag.as_bytes());
-    forget_resolved(tag.as_bytes());
-    note_setval(tag.as_bytes(), value, previous);
+    give_up_slot(registry, tag.as_bytes(), Some(value));
     value
 }
 

@@ -18,9 +18,9 @@
 use super::citus_catch_up;
 use super::default_check::{tag_uses, User};
 use super::registry::registry_or_raise;
-use super::sql::forget_resolved;
+use super::sql::give_up_slot;
 use super::tag::{self, check_tag, current_table_oid, table_name};
-use crate::catalog::{my_database, quote_literal, table_schema};
+use crate::catalog::{quote_literal, table_schema};
 use crate::errors::{required, IdgenError};
 use pgrx::prelude::*;
 
@@ -124,6 +124,6 @@ fn segment_rename(old: Option<&str>, new: Option<&str>, fcinfo: pg_sys::Function
     }
     // Its cached ranges are given up: the next ID of `new` comes from the
     // row, above them.
-    registry.free(my_database(), old.as_bytes());
-    forget_resolved(old.as_bytes());
+    give_up_slot(registry, old.as_bytes(), None);
+    super::created_here::renamed_away(old.as_bytes(), table_oid);
 }

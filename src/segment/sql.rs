@@ -127,8 +127,9 @@ pub fn note_last_of_tag(tag: &[u8], value: i64) -> Option<(i64, u64)> {
     LAST_BY_TAG.with(|map| map.borrow_mut().insert(tag.to_vec(), (value, stamp)))
 }
 
-/// An entry `segment_setval` made in the transaction in progress: the tag,
-/// what it replaced, and the subtransaction that made it.
+/// An entry `segment_setval` (or a drop or rename) made in the transaction
+/// in progress: the tag, what `segment_currval` gave before, and the
+/// subtransaction that made it.
 type SetvalUndo = (Vec<u8>, Option<(i64, u64)>, pg_sys::SubTransactionId);
 
 thread_local! {
@@ -142,11 +143,24 @@ thread_local! {
     static SETVAL_CALLBACKS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
-/// Records `value` as `tag`'s last in this backend for `segment_setval`,
-/// unless the write it made is rolled back (or prepared): then `previous`
-/// comes back, what `segment_currval` gave before (`last_of`, read before
-/// the set freed the slot whose record it may have been).
-pub fn note_setval(tag: &[u8], value: i64, previous: Option<(i64, u64)>) {
+/// Gives up `tag`'s slot in this database and what this backend resolved
+/// it to, for `segment_setval` (`currval`: its value), `segment_drop` and
+/// `segment_rename` (`None`: nothing, as for a tag never drawn); `currval`
+/// is `segment_currval` until the write is rolled back (or prepared), when
+/// what it gave before comes back. Returns whether there was a slot.
+pub fn give_up_slot(registry: &Registry, tag: &[u8], currval: Option<i64>) -> bool {
+    // Read before the slot is freed: its record may be the newest.
+    let previous = last_of(registry, tag);
+    let had_slot = registry.free(my_database(), tag);
+    RESOLVED.with(|map| map.borrow_mut().remove(tag));
+    note_transactional_currval(tag, currval, previous);
+    had_slot
+}
+
+/// Records `value` (`None`: none) as `tag`'s last in this backend, unless
+/// the write that made it is rolled back (or prepared): then `previous`
+/// comes back.
+fn note_transactional_currval(tag: &[u8], value: Option<i64>, previous: Option<(i64, u64)>) {
     if !SETVAL_CALLBACKS.with(|r| r.replace(true)) {
         // SAFETY: registers process-lifetime callbacks once per backend.
         unsafe {
@@ -156,7 +170,14 @@ pub fn note_setval(tag: &[u8], value: i64, previous: Option<(i64, u64)>) {
     }
     // SAFETY: a read of this backend's transaction state, in a transaction.
     let subtransaction = unsafe { pg_sys::GetCurrentSubTransactionId() };
-    note_last_of_tag(tag, value);
+    match value {
+        Some(value) => {
+            note_last_of_tag(tag, value);
+        }
+        None => {
+            LAST_BY_TAG.with(|map| map.borrow_mut().remove(tag));
+        }
+    }
     SETVAL_UNDO.with(|undo| {
         undo.borrow_mut()
             .push((tag.to_vec(), previous, subtransaction))
@@ -233,27 +254,33 @@ fn segment_currval(tag: Option<&str>) -> i64 {
     }
 }
 
-/// `tag`'s last value in this backend with its stamp, the newer of its
-/// slot's record (while the slot keeps its generation) and the by-tag one.
+/// `tag`'s last value in this backend with its stamp: the newest of its
+/// slot's record (while the slot keeps its generation) and the by-tag one
+/// — unless the newest is the record of a slot this backend drew the tag
+/// from and another session has given up since (a set, a drop): that no
+/// longer counts, and neither does anything older.
 pub fn last_of(registry: &Registry, tag: &[u8]) -> Option<(i64, u64)> {
-    let from_slot = registry
-        .find(my_database(), tag)
-        .and_then(|(index, generation)| {
-            let last = LAST_IDS.get()?.get(index)?;
-            let stamp = last.stamp.load(Ordering::Relaxed);
-            (stamp > 0 && last.generation.load(Ordering::Relaxed) == generation)
-                .then(|| (last.id.load(Ordering::Relaxed), stamp))
-        });
+    let record = |(index, generation): (usize, u64)| {
+        let last = LAST_IDS.get()?.get(index)?;
+        let stamp = last.stamp.load(Ordering::Relaxed);
+        (stamp > 0 && last.generation.load(Ordering::Relaxed) == generation)
+            .then(|| (last.id.load(Ordering::Relaxed), stamp))
+    };
+    let current = registry.find(my_database(), tag);
+    let from_slot = current.and_then(record);
+    let given_up = RESOLVED
+        .with(|map| map.borrow().get(tag).copied())
+        .filter(|&resolved| Some(resolved) != current)
+        .and_then(record);
     let by_tag = LAST_BY_TAG.with(|map| map.borrow().get(tag).copied());
-    match (from_slot, by_tag) {
-        (Some(a), Some(b)) => Some(std::cmp::max_by_key(a, b, |&(_, stamp)| stamp)),
-        (a, b) => a.or(b),
+    let newest = [from_slot, by_tag]
+        .into_iter()
+        .flatten()
+        .max_by_key(|&(_, stamp)| stamp);
+    match (newest, given_up) {
+        (Some((_, stamp)), Some((_, gone))) if gone > stamp => None,
+        (newest, _) => newest,
     }
-}
-
-/// Forgets what this backend resolved `tag` to (`segment_drop`).
-pub fn forget_resolved(tag: &[u8]) {
-    RESOLVED.with(|map| map.borrow_mut().remove(tag));
 }
 
 /// Refuses to hand out IDs where `nextval` would refuse too. Inlined into

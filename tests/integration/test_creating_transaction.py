@@ -268,6 +268,63 @@ def test_a_drop_rolled_back_in_the_creating_transaction_keeps_its_ids(lc):
     assert row_range(c, db, "a")[0] >= max(ids)
 
 
+@pytest.mark.parametrize("removal", [
+    ["SELECT segment_drop('a')"],
+    ["SELECT segment_rename('a', 'a_old')"],
+    ["SELECT segment_setval('a', 1000)", "SELECT segment_drop('a')"],
+], ids=["drop", "rename", "setval_then_drop"])
+@pytest.mark.parametrize("form", [
+    "SELECT segment_nextval('a')",
+    "SELECT * FROM segment_nextval('a', 3)",
+    "SELECT * FROM segment_reserve('a', 3)",
+])
+def test_a_tag_created_again_in_the_transaction_that_removed_it_hands_out_nothing(lc, removal, form):
+    """Found by an attack review: BEGIN; drop (or rename away) a committed
+    tag; create it again above its IDs; draw; ROLLBACK brought the old tag
+    back below the IDs drawn, and it handed them out again. The draw is
+    refused (55000, whose hint is to commit the removal first), in a
+    savepoint released or not; rolled back, the old tag goes on above every
+    ID it gave; and the hint, followed, works."""
+    c = lc
+    db = c.new_database()
+    c.sql("SELECT segment_create('a', start => 1, step => 10)", dbname=db)
+    with session(c, db) as other:
+        before = draw(other, "a", 5)
+    top = row_range(c, db, "a")[0]
+    with session(c, db) as conn:
+        conn.execute("BEGIN")
+        conn.execute("SAVEPOINT s")
+        for statement in removal:
+            conn.execute(statement)
+        conn.execute("RELEASE s")
+        conn.execute(f"SELECT segment_create('a', start => {top + 1}, step => 10)")
+        with pytest.raises(errors.ObjectNotInPrerequisiteState) as refused:
+            conn.execute(form).fetchall()
+        assert "dropped or renamed" in refused.value.diag.message_primary
+        hint = refused.value.diag.message_hint
+        assert "Commit the segment_drop() or segment_rename() in a transaction of its own" in hint
+        conn.execute("ROLLBACK")
+        # Removed in a savepoint rolled back: the tag is back and draws as before.
+        conn.execute("BEGIN")
+        conn.execute("SAVEPOINT s")
+        conn.execute(removal[-1])
+        conn.execute("ROLLBACK TO s")
+        after = draw(conn, "a", 3)
+        conn.execute("COMMIT")
+        # The hint followed: the removal committed on its own, then the tag
+        # created again and drawn in one transaction.
+        for statement in removal:
+            conn.execute(statement)
+        conn.execute("BEGIN")
+        conn.execute("SELECT segment_create('a', start => 100000, step => 10)")
+        again = [r[0] for r in conn.execute(form).fetchall()]
+        conn.execute("COMMIT")
+    assert before == [1, 2, 3, 4, 5]
+    assert_unique(before + after)
+    assert min(after) > max(before)
+    assert again and min(again) == 100000
+
+
 def test_a_commit_that_cannot_raise_max_id_fails_instead(lc):
     """A trigger that silently skips the creating transaction's raise of
     max_id (or READ ONLY) makes its COMMIT fail: the IDs it handed out

@@ -388,6 +388,52 @@ def _expect_error(conn, caught):
         caught.append(e)
 
 
+def test_segment_currval_never_goes_back_to_a_value_older_than_the_last_id(lc):
+    """Found by an attack review: segment_currval gave a value older than the
+    last ID the session got — its own segment_setval's (committed, or rolled
+    back and so the ID before it), after another session's setval gave up
+    the slot the later IDs came from, and after the session dropped the tag
+    (created again too). A slot given up since no longer counts, and neither
+    does anything older: 55000, as for a tag the session never drew. A drop
+    rolled back gives back what was there."""
+    db = lc.new_database()
+    setvals = {"committed": ["SELECT segment_setval('t', 100)"],
+               "rolled_back": ["BEGIN", "SELECT segment_setval('t', 100)", "ROLLBACK"]}
+    with lc.connect(db) as a, lc.connect(db) as b:
+        a.autocommit = b.autocommit = True
+        for how, statements in setvals.items():
+            lc.sql("SELECT segment_create('t', step => 10)", dbname=db)
+            first = draw(a, "t", 3)
+            for statement in statements:
+                a.execute(statement)
+            assert a.execute("SELECT segment_currval('t')").fetchone() == \
+                ((100,) if how == "committed" else (first[-1],))
+            later = draw(a, "t", 2)
+            assert a.execute("SELECT segment_currval('t')").fetchone() == (later[-1],), how
+            b.execute("SELECT segment_setval('t', 500)")
+            with pytest.raises(errors.ObjectNotInPrerequisiteState):
+                a.execute("SELECT segment_currval('t')")
+            assert draw(a, "t", 1) == [501]
+            assert a.execute("SELECT segment_currval('t')").fetchone() == (501,)
+            # A drop rolled back gives back the last ID; a drop committed
+            # leaves nothing, also once the tag is created again.
+            a.execute("BEGIN")
+            a.execute("SELECT segment_drop('t')")
+            a.execute("ROLLBACK")
+            assert a.execute("SELECT segment_currval('t')").fetchone() == (501,)
+            a.execute("SELECT segment_setval('t', 1000)")
+            assert draw(a, "t", 2) == [1001, 1002]
+            a.execute("SELECT segment_drop('t')")
+            with pytest.raises(errors.ObjectNotInPrerequisiteState):
+                a.execute("SELECT segment_currval('t')")
+            lc.sql("SELECT segment_create('t', start => 2000, step => 10)", dbname=db)
+            with pytest.raises(errors.ObjectNotInPrerequisiteState):
+                a.execute("SELECT segment_currval('t')")
+            assert draw(a, "t", 1) == [2000]
+            assert a.execute("SELECT segment_currval('t')").fetchone() == (2000,)
+            lc.sql("SELECT segment_drop('t')", dbname=db)
+
+
 def test_segment_setval_moves_every_session_above_the_value_even_with_a_refill_in_flight(lc):
     """Session A draws (its tag's ranges are cached in shared memory); the
     worker is stopped between its CAS commit and publishing the next range
@@ -599,7 +645,8 @@ def test_nothing_goes_back_to_a_tag_dropped_and_created_again_meanwhile(make_clu
     # worker held its give-back can end at the same version and max_id as
     # the worker's last refill left the old row (the creating transaction
     # raises max_id over the IDs it handed out); only the row version's
-    # xmin tells them apart.
+    # xmin tells them apart. (The drop commits first: a tag created again in
+    # the transaction that dropped it hands out no ID.)
     c = make_cluster()
     c.start()
     c.sql("CREATE EXTENSION pg_idgen")
@@ -610,8 +657,8 @@ def test_nothing_goes_back_to_a_tag_dropped_and_created_again_meanwhile(make_clu
                          "WHERE backend_type = 'pg_idgen refill worker'")
     with paused(c, "worker-before-give-back", trigger=stop):
         with c.connect() as conn:
-            conn.execute("BEGIN")
             conn.execute("SELECT segment_drop('s', force => true)")
+            conn.execute("BEGIN")
             conn.execute("SELECT segment_create('s', start => %s, step => 1000)", (max_id - 4,))
             recreated = draw(conn, "s", 5)
             conn.execute("COMMIT")
