@@ -16,7 +16,8 @@ not wall time: the difference sought is a few ns per ID, and on a shared
 2-core machine wall time swings by tens. CPU time still moves by several
 ns from run to run, so each side's server then runs once more under
 callgrind, which counts the instructions of a call: the same at every run
-(valgrind, from tests/setup.sh). Writes release_delta.md and
+but for a few tens in segment_reserve's thousands (valgrind, from
+tests/setup.sh). Writes release_delta.md and
 release_delta.json to --out (the docs' <!-- bench-release:start --> block is
 put in by publish.py, from a whole run of bash tests/bench.sh --update-docs
 with --pg 16, 17 or 18; a run on 15, Debian's PostgreSQL, which cannot be
@@ -87,7 +88,8 @@ def copy_of_postgres(work, side):
 
 def counted(cluster, work, mode):
     """Instructions per call of each function, as callgrind counts them:
-    unlike time, the same at every run and whatever else the machine does,
+    unlike time, the same at every run and whatever else the machine does
+    (but for a per-backend random hash seed: see markdown()),
     so it resolves the few instructions a change adds or saves, which the
     timed rounds cannot on a shared machine. The server runs under
     valgrind (its backends too, as forks), counting only inside the
@@ -219,7 +221,9 @@ def markdown(results, mode):
     short, long = results["counted_calls"]
     lines += ["", f"Instructions per call, counted by callgrind (`valgrind --tool=callgrind`, inside the "
                   f"function's entry point; a session of {long:,} calls less one of {short:,}): the same at "
-                  f"every run, where the times above move by several ns from run to run.",
+                  f"every run, where the times above move by several ns from run to run — but for "
+                  f"`segment_reserve`'s, which moves by tens of its thousands (it looks its tag up in a "
+                  f"hash table whose hash is seeded at random in each backend).",
               "",
               f"| instructions per call | {before} | this tree | difference |",
               "|---|---:|---:|---:|"]
