@@ -184,6 +184,11 @@ def main():
         waits = {side: dict(zip(("persist_waits", "lead_waits"), conn.execute(
             "SELECT persist_waits, lead_waits FROM snowflake_status WHERE generator = 'default'").fetchone()))
             for side, conn in conns.items()}
+        # The timed tag's calls that waited for a refill, and its refills:
+        # a wait costs the caller CPU time its instructions do not show.
+        for side, conn in conns.items():
+            waits[side].update(zip(("segment_waits", "segment_refills"), conn.execute(
+                "SELECT waits, refills FROM segment_status WHERE tag = 'step1000'").fetchone()))
         for conn in conns.values():
             conn.close()
         progress("counting instructions per call under callgrind")
@@ -233,6 +238,11 @@ def markdown(results, mode):
     lines += ["", "Waits of `snowflake_nextval()` over the run (`snowflake_status`): " + "; ".join(
         f"{side}: {w['persist_waits']:,} for the keeper's mark, {w['lead_waits']:,} for the clock"
         for side, w in waits.items()) + "."]
+    if all("segment_waits" in w for w in waits.values()):
+        lines += ["", "Calls of the timed tag (`step1000`) that waited for a refill over the run, and its "
+                      "refills (`segment_status`): " + "; ".join(
+                          f"{side}: {w['segment_waits']:,} waits, {w['segment_refills']:,} refills"
+                          for side, w in waits.items()) + "."]
     return "\n".join(lines) + "\n"
 
 
