@@ -256,7 +256,10 @@ def test_a_clean_stop_leaves_the_exact_floor_and_a_terminated_keeper_comes_back(
     a.stop()
     (floor, holder), = central.sql(
         "SELECT floor_unix_ms, holder FROM idgen_machine_lease WHERE machine_id = %s", (machine,))
-    assert holder is None, "a clean stop gives the row up"
+    # Rarely (1 run in 27 alone on 15) the row still names the server
+    # here: the keeper's lines of the server log say why.
+    keeper_log = "\n".join(line for line in a.log().splitlines() if "lease keeper" in line)
+    assert holder is None, f"a clean stop gives the row up; the keeper logged:\n{keeper_log}"
     assert floor == last_ms, "the floor left is the last ID's time, not the lease's ceiling"
     a.start()
     assert wait_for(lambda: holds_lease(a), timeout=60)
