@@ -298,5 +298,15 @@ DROP TABLE links, link_copies, typo, later, restored;
 SELECT * FROM segment_citus_catch_up();
 SELECT * FROM segment_citus_range('orders', 1, NULL);
 
+-- A tag created again in the transaction that dropped it hands out no ID
+-- (a rollback would bring the old tag back below them): 55000.
+SELECT segment_create('again');
+BEGIN;
+SELECT segment_drop('again');
+SELECT segment_create('again', start => 1000);
+SELECT segment_nextval('again');
+ROLLBACK;
+SELECT segment_drop('again');
+
 -- Leave the database as it was found.
 DROP EXTENSION pg_idgen CASCADE;
