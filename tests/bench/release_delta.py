@@ -3,7 +3,7 @@ of snowflake_nextval(), of segment_nextval() one ID per call and a batch
 of N in one call, and of segment_reserve(), in release BEFORE (built from
 this repository's history with the release profile) and in this tree, on
 two throwaway clusters of the same PostgreSQL, rounds interleaved in a
-shuffled order.
+shuffled order, both servers started again several times (MODES).
 
   python tests/bench/release_delta.py [--quick] [--out DIR]
 
@@ -38,7 +38,11 @@ from cluster import Cluster
 from releases import RELEASES, build_release, pg_config_value
 
 BEFORE = "0.3.0"
-MODES = {"full": dict(n=1_000_000, rounds=81), "quick": dict(n=300_000, rounds=2)}
+# rounds = starts × rounds per start: both servers are started again before
+# each start's rounds, so that each side's figure pools several memory
+# layouts (of the server and of its backend) rather than the one draw of
+# a single start, which moved one row of one run by up to 1.6×.
+MODES = {"full": dict(n=1_000_000, starts=9, rounds=9), "quick": dict(n=300_000, starts=2, rounds=1)}
 # label → the query that makes N of them: one ID per call, one call per
 # row; a batch of N IDs in one call; a reservation of 10 IDs per row (in
 # the select list: a LATERAL call with constant arguments runs once).
@@ -167,34 +171,49 @@ def main():
             cluster.sql("SELECT segment_create('counted', step => 10000000)")
             cluster.sql("SELECT segment_nextval('step1000')")
         costs = {side: {label: [] for label in FUNCTIONS} for side in clusters}
+        per_start = {side: {label: [] for label in FUNCTIONS} for side in clusters}
         n = settings["n"]
-        conns = {side: cluster.connect() for side, cluster in clusters.items()}
-        pids = {side: conn.execute("SELECT pg_backend_pid()").fetchone()[0] for side, conn in conns.items()}
-        for round_no in range(1, settings["rounds"] + 1):
-            work_items = [(side, label) for side in clusters for label in FUNCTIONS]
-            random.shuffle(work_items)
-            for side, label in work_items:
-                conn, pid = conns[side], pids[side]
-                bare = cpu_timed(conn, pid, f"SELECT count(*) FROM generate_series(1, {n})")
-                seconds = cpu_timed(conn, pid, FUNCTIONS[label].format(n=n))
-                bare = (bare + cpu_timed(conn, pid, f"SELECT count(*) FROM generate_series(1, {n})")) / 2
-                costs[side][label].append((seconds - bare) / n * 1e9)
-        # Whether calls waited for the keeper's mark (a WAL commit since
-        # 0.3.0) or for the clock, on the whole run.
-        waits = {side: dict(zip(("persist_waits", "lead_waits"), conn.execute(
-            "SELECT persist_waits, lead_waits FROM snowflake_status WHERE generator = 'default'").fetchone()))
-            for side, conn in conns.items()}
-        # The timed tag's calls that waited for a refill, and its refills:
-        # a wait costs the caller CPU time its instructions do not show.
-        for side, conn in conns.items():
-            waits[side].update(zip(("segment_waits", "segment_refills"), conn.execute(
-                "SELECT waits, refills FROM segment_status WHERE tag = 'step1000'").fetchone()))
-        for conn in conns.values():
-            conn.close()
+        waits = {side: {} for side in clusters}
+        for start_no in range(settings["starts"]):
+            conns, pids = {}, {}
+            for side, cluster in clusters.items():
+                if start_no:
+                    cluster.restart()
+                conns[side] = cluster.connect()
+                pids[side] = conns[side].execute("SELECT pg_backend_pid()").fetchone()[0]
+                # Out of the timed rounds: a started server's first range.
+                conns[side].execute("SELECT segment_nextval('step1000')")
+            this_start = {side: {label: [] for label in FUNCTIONS} for side in clusters}
+            for _ in range(settings["rounds"]):
+                work_items = [(side, label) for side in clusters for label in FUNCTIONS]
+                random.shuffle(work_items)
+                for side, label in work_items:
+                    conn, pid = conns[side], pids[side]
+                    bare = cpu_timed(conn, pid, f"SELECT count(*) FROM generate_series(1, {n})")
+                    seconds = cpu_timed(conn, pid, FUNCTIONS[label].format(n=n))
+                    bare = (bare + cpu_timed(conn, pid, f"SELECT count(*) FROM generate_series(1, {n})")) / 2
+                    this_start[side][label].append((seconds - bare) / n * 1e9)
+            for side in clusters:
+                for label in FUNCTIONS:
+                    costs[side][label] += this_start[side][label]
+                    per_start[side][label].append(statistics.median(this_start[side][label]))
+            # Whether calls waited for the keeper's mark (a WAL commit since
+            # 0.3.0) or for the clock, and the timed tag's calls that waited
+            # for a refill and its refills (a wait costs the caller CPU time
+            # its instructions do not show): summed over the starts (the
+            # counters start at zero with the server).
+            for side, conn in conns.items():
+                row = conn.execute("SELECT persist_waits, lead_waits FROM snowflake_status "
+                                   "WHERE generator = 'default'").fetchone()
+                row += conn.execute("SELECT waits, refills FROM segment_status WHERE tag = 'step1000'").fetchone()
+                for key, value in zip(("persist_waits", "lead_waits", "segment_waits", "segment_refills"), row):
+                    waits[side][key] = waits[side].get(key, 0) + value
+                conn.close()
         progress("counting instructions per call under callgrind")
         instructions = {side: counted(cluster, work, mode) for side, cluster in clusters.items()}
         results = {"instructions": instructions, "counted_calls": COUNTED_CALLS[mode], "waits": waits, "command": bench_command(args.quick, "release_delta.py"), "mode": mode, "n": n,
-                   "rounds": settings["rounds"], "before": BEFORE, "commit_before": RELEASES[BEFORE],
+                   "rounds": settings["rounds"] * settings["starts"],
+                   "starts": settings["starts"], "per_start_ns": per_start, "before": BEFORE, "commit_before": RELEASES[BEFORE],
                    "machine": describe_machine(clusters["this tree"], dbname="postgres"), "marginal_ns": costs}
     finally:
         for cluster in clusters.values():
@@ -215,14 +234,18 @@ def markdown(results, mode):
              "",
              f"**This tree against {before}** (`tests/bench/release_delta.py`, commit {results['commit_before']}, "
              f"built with the release profile; two copies of the same PostgreSQL): marginal cost (per ID, or per call where it says so), "
-             f"N = {results['n']:,}, backend CPU time, median (and range) of {results['rounds']} interleaved rounds.",
+             f"N = {results['n']:,}, backend CPU time, median of {results['rounds']} interleaved rounds "
+             f"in {results['starts']} starts of both servers, and in brackets the range of the "
+             f"{results['starts']} starts' medians (each start draws the memory layout of the server and "
+             f"its backend anew).",
              "",
              f"| over the bare query | {before} | this tree | this tree / {before} |",
              "|---|---:|---:|---:|"]
     for label, old, new in sides(results, "marginal_ns", FUNCTIONS):
         ratio = statistics.median(new) / statistics.median(old)
-        lines.append(f"| `{label}` | {statistics.median(old):.1f} ns ({spread(old)}) | "
-                     f"{statistics.median(new):.1f} ns ({spread(new)}) | {ratio:.2f} |")
+        starts = results["per_start_ns"]
+        lines.append(f"| `{label}` | {statistics.median(old):.1f} ns ({spread(starts[before][label])}) | "
+                     f"{statistics.median(new):.1f} ns ({spread(starts['this tree'][label])}) | {ratio:.2f} |")
     short, long = results["counted_calls"]
     lines += ["", f"Instructions per call, counted by callgrind (`valgrind --tool=callgrind`, inside the "
                   f"function's entry point; a session of {long:,} calls less one of {short:,}): the same at "
