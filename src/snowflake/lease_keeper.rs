@@ -38,7 +38,9 @@
 //!   (`LeaseWatch::other_durations`), a central clock that went back
 //!   (`CentralClock`), and its own clock running ahead of the central one.
 //! * At shutdown (SIGTERM) the generators stop, then the row is given up
-//!   with the exact floor, so the id is free at once.
+//!   with the exact floor, so the id is free at once (tried again for up
+//!   to `GIVE_UP_TIMEOUT_MS` while the row is locked: a renewal the
+//!   shutdown cut off may still be committing on the central server).
 //! * Seeding: the rows `0 ..= lease::leased_max_machine_id(layout)` (at
 //!   most 1,024 whatever the machine bits) are inserted before the first
 //!   read, and again before the next read whenever one finds some missing.
@@ -190,9 +192,14 @@ enum Outcome<T> {
 /// `bgworker::CUT_AFTER_TIMEOUT_MS` later, so the keeper answers a fast
 /// shutdown on a dead network within 4 s. Not less: a shutdown that cut
 /// a renewal's connection leaves the give-up to open a new one, which a
-/// busy machine may take over a second to do. A row not given up expires
-/// after the lease, as a crashed holder's does.
+/// busy machine may take over a second to do. A give-up that finds its
+/// row locked — by the renewal the shutdown cut off, still committing on
+/// the central server — tries again within this time. A row not given up
+/// expires after the lease, as a crashed holder's does.
 const GIVE_UP_TIMEOUT_MS: i32 = 3000;
+
+/// How long the give-up waits before it tries again on a locked row.
+const GIVE_UP_RETRY_MS: i64 = 50;
 
 /// Runs `body` in a transaction of its own, bounded by
 /// `pg_idgen.remote_timeout`; a body that returns `None` matched nothing.
@@ -1101,23 +1108,39 @@ impl Keeper {
         let floor = held
             .give_up_floor_unix_ms(Some(last_issued.min(held.ceiling_unix_ms)))
             .unwrap_or(held.ceiling_unix_ms);
-        let timeout_ms = gucs::REMOTE_TIMEOUT_MS.get().min(GIVE_UP_TIMEOUT_MS);
-        let given_up = run_within(timeout_ms, || {
-            Spi::connect_mut(|client| {
-                let rows = table.as_owner(|| {
-                    client.update(
-                        &sql,
-                        None,
-                        &[
-                            held.machine_id.into(),
-                            self.holder.as_str().into(),
-                            floor.into(),
-                        ],
-                    )
-                })?;
-                Ok(Some(rows.len()))
-            })
-        });
+        let deadline =
+            mono_now_ms() + i64::from(gucs::REMOTE_TIMEOUT_MS.get().min(GIVE_UP_TIMEOUT_MS));
+        let given_up = loop {
+            let left_ms = (deadline - mono_now_ms()).max(1) as i32;
+            let outcome = run_within(left_ms, || {
+                Spi::connect_mut(|client| {
+                    let rows = table.as_owner(|| {
+                        client.update(
+                            &sql,
+                            None,
+                            &[
+                                held.machine_id.into(),
+                                self.holder.as_str().into(),
+                                floor.into(),
+                            ],
+                        )
+                    })?;
+                    Ok(Some(rows.len()))
+                })
+            });
+            // The row locked (55P03, the central session's pinned
+            // lock_timeout): most likely by the renewal this shutdown cut
+            // off, whose central transaction is still committing. Try
+            // again while the give-up's time lasts.
+            match outcome {
+                Outcome::Failed(e)
+                    if row_locked(&e) && mono_now_ms() + GIVE_UP_RETRY_MS < deadline =>
+                {
+                    std::thread::sleep(Duration::from_millis(GIVE_UP_RETRY_MS as u64));
+                }
+                outcome => break outcome,
+            }
+        };
         match given_up {
             Outcome::Done(1) => {}
             Outcome::Done(_) | Outcome::NoMatch => pgrx::log!(

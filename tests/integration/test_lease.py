@@ -268,6 +268,33 @@ def test_a_clean_stop_leaves_the_exact_floor_and_a_terminated_keeper_comes_back(
     assert min(again) > max(ids)
 
 
+def test_a_clean_stop_that_finds_its_row_locked_for_a_moment_still_gives_it_up(make_cluster):
+    """A renewal that a shutdown cuts off may still be committing on the
+    central server, its row locked, when the give-up arrives (the keeper's
+    central session waits 10 ms for a lock): the give-up tries again while
+    its time (3 s) lasts. Here a central session holds the row locked for
+    half a second as the server stops."""
+    central = central_server(make_cluster)
+    a = leased_server(make_cluster, central)
+    assert wait_for(lambda: holds_lease(a), timeout=60)
+    machine = lease_of(a)[0]
+    ids = draw_snowflakes(a, 1000, dbname=server_db(a))
+    (last_ms,), = a.sql("SELECT (extract(epoch FROM ts) * 1000)::bigint FROM snowflake_parse(%s)",
+                        (ids[-1],), dbname=server_db(a))
+    with central.connect() as locker:
+        locker.execute("BEGIN")
+        locker.execute("SELECT 1 FROM idgen_machine_lease WHERE machine_id = %s FOR UPDATE", (machine,))
+        stopping = in_thread(a.stop)
+        time.sleep(0.5)
+        locker.execute("COMMIT")
+    assert "error" not in joined(*stopping)
+    (floor, holder), = central.sql(
+        "SELECT floor_unix_ms, holder FROM idgen_machine_lease WHERE machine_id = %s", (machine,))
+    keeper_log = "\n".join(line for line in a.log().splitlines() if "lease keeper" in line)
+    assert holder is None, f"the give-up waits out a row locked for a moment; the keeper logged:\n{keeper_log}"
+    assert floor == last_ms
+
+
 def _lead_recorded_ms(central, machine):
     """The ceiling the holder's last write recorded (floor_unix_ms), less
     the time it said it stops issuing (lease_until): its max_lead, or less
