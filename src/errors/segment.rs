@@ -154,9 +154,9 @@ pub(super) fn report(error: &IdgenError) -> Report {
         DrawAfterRemovedHere { tag } => Report::new(
             ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             format!(
-                "segment tag \"{tag}\" was created again by this transaction after it dropped or renamed the tag of that name: if the transaction rolled back, that tag would come back and hand out the IDs drawn here again"
+                "segment tag \"{tag}\" was created again by this transaction after it dropped or renamed the committed tag of that name (or deleted its row): if the transaction rolled back, that tag would come back and hand out the IDs drawn here again"
             ),
-            "Commit the segment_drop() or segment_rename() in a transaction of its own, then create the tag and draw from it.",
+            "Commit the segment_drop(), segment_rename() or DELETE in a transaction of its own, then create the tag and draw from it.",
         ),
         SetvalOfNewTag { tag } => Report::new(
             ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,

@@ -13,10 +13,13 @@
 //! * a subtransaction that aborts takes the creations made inside it and
 //!   inside its children (their subtransaction IDs are larger), and undoes
 //!   the drops made there — but never `high_water`;
-//! * a tag created after the transaction dropped or renamed away a
-//!   committed tag of the same name (`removed`) hands out no ID: a
-//!   rollback would bring that tag back, below the IDs handed out here, and
-//!   no write survives the rollback to raise it;
+//! * a tag created after the transaction removed a committed tag of the
+//!   same name (`segment_drop`, `segment_rename` away, a plain `DELETE`;
+//!   `tag::committed_row_removed_here` reads it from the row versions)
+//!   hands out no ID: a rollback would bring that tag back, below the IDs
+//!   handed out here, and no write survives the rollback to raise it;
+//! * a rename carries the old name's `high_water` over to the new name
+//!   (its row is the old one, moved), never lowering it;
 //! * just before the transaction commits or is prepared
 //!   (`XACT_EVENT_PRE_COMMIT`, `XACT_EVENT_PRE_PREPARE`), the tag's row, if
 //!   there is one, gets `max_id >= high_water`, checked, so every allocator
@@ -44,9 +47,6 @@ struct TagState {
     table_oid: u32,
     high_water: Option<i64>,
     creations: Vec<Creation>,
-    /// The subtransaction that dropped or renamed away a committed tag of
-    /// this name (one this transaction did not create), if any.
-    removed_in: Option<pg_sys::SubTransactionId>,
 }
 
 impl TagState {
@@ -82,7 +82,6 @@ fn with_state<R>(tag: &[u8], table_oid: u32, body: impl FnOnce(&mut TagState) ->
             table_oid,
             high_water: None,
             creations: Vec::new(),
-            removed_in: None,
         });
         state.table_oid = table_oid;
         body(state)
@@ -102,25 +101,35 @@ pub fn created(tag: &[u8], table_oid: u32, start: i64) {
     });
 }
 
-/// Records that the current (sub)transaction dropped `tag`, whose row it
-/// deleted if `deleted`.
-pub fn dropped(tag: &[u8], table_oid: u32, deleted: bool) {
+/// Records that the current (sub)transaction dropped `tag` (a tag it
+/// created, if it did).
+pub fn dropped(tag: &[u8], table_oid: u32) {
     let (_, subtransaction) = transaction_ids();
-    with_state(tag, table_oid, |state| match state.creations.last_mut() {
-        Some(live) if live.dropped_in.is_none() => {
-            live.dropped_in = Some(subtransaction);
+    with_state(tag, table_oid, |state| {
+        if let Some(live) = state.creations.last_mut() {
+            live.dropped_in.get_or_insert(subtransaction);
         }
-        _ if deleted => {
-            state.removed_in.get_or_insert(subtransaction);
-        }
-        _ => {}
     });
 }
 
-/// Records that the current (sub)transaction renamed away the committed
-/// tag `tag` (`segment_rename`): its name is free, as after a drop.
-pub fn renamed_away(tag: &[u8], table_oid: u32) {
-    dropped(tag, table_oid, true);
+/// Records that the current (sub)transaction renamed `old` to `new`
+/// (`segment_rename`): `old`'s name is free, as after a drop, and `new`'s
+/// row — `old`'s, moved — is raised at commit past the IDs handed out
+/// under `old` here (its `high_water`), as `old`'s would have been.
+pub fn renamed(old: &[u8], new: &[u8], table_oid: u32) {
+    dropped(old, table_oid);
+    let (transaction, _) = transaction_ids();
+    let carried = TAGS.with(|tags| {
+        tags.borrow()
+            .get(old)
+            .filter(|s| s.transaction == transaction)
+            .and_then(|s| s.high_water)
+    });
+    if let Some(high) = carried {
+        with_state(new, table_oid, |state| {
+            state.high_water = Some(state.high_water.map_or(high, |h| h.max(high)));
+        });
+    }
 }
 
 /// Whether the current transaction created `tag` and has not dropped it
@@ -148,7 +157,7 @@ pub fn next_ids(tag: &[u8], n: i64) -> Option<(i64, i64)> {
         let mut tags = tags.borrow_mut();
         let state = tags.get_mut(tag).filter(|s| s.transaction == transaction)?;
         let start = state.live()?.start;
-        if state.removed_in.is_some() {
+        if super::tag::committed_row_removed_here(state.table_oid, tag) {
             IdgenError::DrawAfterRemovedHere {
                 tag: String::from_utf8_lossy(tag).into_owned(),
             }
@@ -214,9 +223,6 @@ unsafe extern "C-unwind" fn on_subtransaction_event(
                 if creation.dropped_in.is_some_and(|s| s >= aborted) {
                     creation.dropped_in = None;
                 }
-            }
-            if state.removed_in.is_some_and(|s| s >= aborted) {
-                state.removed_in = None;
             }
         }
     });

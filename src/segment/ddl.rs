@@ -240,7 +240,7 @@ fn segment_drop(
     });
     // A tag whose row is already gone may still hold a slot: free it too.
     let had_slot = give_up_slot(registry, tag.as_bytes(), None);
-    created_here::dropped(tag.as_bytes(), table_oid, deleted > 0);
+    created_here::dropped(tag.as_bytes(), table_oid);
     if deleted == 0 && !had_slot {
         IdgenError::UnknownTag {
             tag: tag.to_string(),

@@ -125,5 +125,5 @@ fn segment_rename(old: Option<&str>, new: Option<&str>, fcinfo: pg_sys::Function
     // Its cached ranges are given up: the next ID of `new` comes from the
     // row, above them.
     give_up_slot(registry, old.as_bytes(), None);
-    super::created_here::renamed_away(old.as_bytes(), table_oid);
+    super::created_here::renamed(old.as_bytes(), new.as_bytes(), table_oid);
 }

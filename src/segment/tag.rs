@@ -208,15 +208,115 @@ unsafe extern "C" {
 /// `row_state` in one table whose first column (and primary key) is the
 /// tag, with the caller's snapshot (or the latest one).
 fn row_state_in(table_oid: u32, tag: &[u8], latest: bool) -> RowState {
-    let tag = std::ffi::CString::new(tag).unwrap_or_default();
     // SAFETY: inside a transaction with an active snapshot (a SQL function
-    // call); every open/begin is matched by its close/end below, and an
-    // ERROR in between is cleaned up by the transaction's abort.
+    // call), or the latest one taken here.
+    let snapshot = unsafe {
+        if latest {
+            pg_sys::GetLatestSnapshot()
+        } else if pg_sys::ActiveSnapshotSet() {
+            pg_sys::GetActiveSnapshot()
+        } else {
+            pg_sys::GetTransactionSnapshot()
+        }
+    };
+    scan_tag(table_oid, tag, snapshot, |next| match next() {
+        None => RowState::Missing,
+        Some(version) if version.made_by_caller || version.xmax_by_caller => RowState::HeldByCaller,
+        Some(_) => RowState::Free,
+    })
+    .unwrap_or(RowState::NoTable)
+}
+
+/// Whether the calling transaction (in a subtransaction still alive) has
+/// deleted a row of `tag` in table `table_oid` that another transaction
+/// committed: `segment_drop`, `segment_rename` away, or a plain `DELETE`.
+/// Read from the row versions themselves (`SnapshotAny`): until the
+/// transaction ends, the versions it deleted stay in the table.
+pub fn committed_row_removed_here(table_oid: u32, tag: &[u8]) -> bool {
+    // PostgreSQL's static snapshot that sees every version; scans only
+    // read it.
+    let any = &raw mut pg_sys::SnapshotAnyData;
+    scan_tag(table_oid, tag, any, |next| {
+        // A version another transaction made is committed: the caller
+        // could not have deleted it otherwise.
+        std::iter::from_fn(next).any(|v| !v.made_by_caller && v.deleted_by_caller)
+    })
+    .unwrap_or(false)
+}
+
+/// What `scan_tag` tells of a row version: whether the calling
+/// transaction (in a subtransaction still alive) made it, whether it
+/// deleted, updated or locked it (a plain xmax, not a MultiXact's), and
+/// whether it deleted or updated it.
+struct Version {
+    made_by_caller: bool,
+    xmax_by_caller: bool,
+    deleted_by_caller: bool,
+}
+
+/// `Version` of a row version's header.
+///
+/// # Safety
+/// `header` is a valid tuple's, pinned for the call.
+unsafe fn version_of(header: &pg_sys::HeapTupleHeaderData) -> Version {
+    // SAFETY: plain queries of the backend's transaction state; the
+    // header is valid (the caller's promise).
+    unsafe {
+        let infomask = u32::from(header.t_infomask);
+        Version {
+            made_by_caller: pg_sys::TransactionIdIsCurrentTransactionId(
+                header.t_choice.t_heap.t_xmin,
+            ),
+            xmax_by_caller: infomask & pg_sys::HEAP_XMAX_INVALID == 0
+                && infomask & pg_sys::HEAP_XMAX_IS_MULTI == 0
+                && pg_sys::TransactionIdIsCurrentTransactionId(header.t_choice.t_heap.t_xmax),
+            deleted_by_caller: deleted_by_caller(header),
+        }
+    }
+}
+
+/// Whether the calling transaction (in a subtransaction still alive)
+/// deleted or updated this row version, rather than only locked it.
+fn deleted_by_caller(header: &pg_sys::HeapTupleHeaderData) -> bool {
+    let infomask = u32::from(header.t_infomask);
+    let lock_only = infomask & pg_sys::HEAP_XMAX_LOCK_ONLY != 0
+        || infomask & (pg_sys::HEAP_XMAX_IS_MULTI | pg_sys::HEAP_LOCK_MASK)
+            == pg_sys::HEAP_XMAX_EXCL_LOCK;
+    if infomask & pg_sys::HEAP_XMAX_INVALID != 0 || lock_only {
+        return false;
+    }
+    // SAFETY: the header is a valid tuple's, pinned by the scan; for a
+    // MultiXact, HeapTupleGetUpdateXid reads its updating member.
+    unsafe {
+        let xmax = if infomask & pg_sys::HEAP_XMAX_IS_MULTI != 0 {
+            pg_sys::HeapTupleGetUpdateXid((header as *const pg_sys::HeapTupleHeaderData).cast_mut())
+        } else {
+            header.t_choice.t_heap.t_xmax
+        };
+        pg_sys::TransactionIdIsCurrentTransactionId(xmax)
+    }
+}
+
+/// Scans the primary key of table `table_oid` (first column the tag) for
+/// `tag` with `snapshot`; `body` gets a function that returns the next
+/// row version's `Version`. `None`: no such table.
+fn scan_tag<R>(
+    table_oid: u32,
+    tag: &[u8],
+    snapshot: pg_sys::Snapshot,
+    body: impl FnOnce(&mut dyn FnMut() -> Option<Version>) -> R,
+) -> Option<R> {
+    let tag = std::ffi::CString::new(tag).unwrap_or_default();
+    // SAFETY: inside a transaction; every open/begin is matched by its
+    // close/end below, and an ERROR in between is cleaned up by the
+    // transaction's abort. The scan keeps the buffer of the tuple it
+    // returned pinned until its next call, and `body` ends before the scan
+    // does.
     unsafe {
         let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
         let relation = pg_sys::try_table_open(pg_sys::Oid::from(table_oid), lock);
         if relation.is_null() {
-            return RowState::NoTable;
+            return None;
         }
         #[cfg(not(feature = "pg18"))]
         let index = pg_sys::RelationGetPrimaryKeyIndex(relation);
@@ -230,13 +330,6 @@ fn row_state_in(table_oid: u32, tag: &[u8], latest: bool) -> RowState {
             pg_sys::Oid::from(pg_sys::F_TEXTEQ),
             pg_sys::Datum::from(pg_sys::cstring_to_text(tag.as_ptr())),
         );
-        let snapshot = if latest {
-            pg_sys::GetLatestSnapshot()
-        } else if pg_sys::ActiveSnapshotSet() {
-            pg_sys::GetActiveSnapshot()
-        } else {
-            pg_sys::GetTransactionSnapshot()
-        };
         let scan = pg_sys::systable_beginscan(
             relation,
             index,
@@ -245,26 +338,14 @@ fn row_state_in(table_oid: u32, tag: &[u8], latest: bool) -> RowState {
             1,
             &mut key,
         );
-        let tuple = pg_sys::systable_getnext(scan);
-        let state = match tuple.as_ref() {
-            None => RowState::Missing,
-            Some(tuple) => {
-                let header = &*tuple.t_data;
-                let xmin = header.t_choice.t_heap.t_xmin;
-                let xmax = header.t_choice.t_heap.t_xmax;
-                let infomask = u32::from(header.t_infomask);
-                let xmax_is_ours = infomask & pg_sys::HEAP_XMAX_INVALID == 0
-                    && infomask & pg_sys::HEAP_XMAX_IS_MULTI == 0
-                    && pg_sys::TransactionIdIsCurrentTransactionId(xmax);
-                if pg_sys::TransactionIdIsCurrentTransactionId(xmin) || xmax_is_ours {
-                    RowState::HeldByCaller
-                } else {
-                    RowState::Free
-                }
-            }
+        let mut next = || {
+            pg_sys::systable_getnext(scan)
+                .as_ref()
+                .map(|tuple| version_of(&*tuple.t_data))
         };
+        let result = body(&mut next);
         pg_sys::systable_endscan(scan);
         pg_sys::table_close(relation, lock);
-        state
+        Some(result)
     }
 }

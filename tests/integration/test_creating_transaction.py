@@ -272,7 +272,8 @@ def test_a_drop_rolled_back_in_the_creating_transaction_keeps_its_ids(lc):
     ["SELECT segment_drop('a')"],
     ["SELECT segment_rename('a', 'a_old')"],
     ["SELECT segment_setval('a', 1000)", "SELECT segment_drop('a')"],
-], ids=["drop", "rename", "setval_then_drop"])
+    ["DELETE FROM id_segment WHERE biz_tag = 'a'"],
+], ids=["drop", "rename", "setval_then_drop", "delete"])
 @pytest.mark.parametrize("form", [
     "SELECT segment_nextval('a')",
     "SELECT * FROM segment_nextval('a', 3)",
@@ -302,7 +303,7 @@ def test_a_tag_created_again_in_the_transaction_that_removed_it_hands_out_nothin
             conn.execute(form).fetchall()
         assert "dropped or renamed" in refused.value.diag.message_primary
         hint = refused.value.diag.message_hint
-        assert "Commit the segment_drop() or segment_rename() in a transaction of its own" in hint
+        assert "Commit the segment_drop(), segment_rename() or DELETE in a transaction of its own" in hint
         conn.execute("ROLLBACK")
         # Removed in a savepoint rolled back: the tag is back and draws as before.
         conn.execute("BEGIN")
@@ -323,6 +324,59 @@ def test_a_tag_created_again_in_the_transaction_that_removed_it_hands_out_nothin
     assert_unique(before + after)
     assert min(after) > max(before)
     assert again and min(again) == 100000
+
+
+@pytest.mark.parametrize("renames", [
+    ["SELECT segment_rename('m', 'm2')"],
+    ["SELECT segment_rename('m', 'm1')", "SELECT segment_rename('m1', 'm2')"],
+    ["SAVEPOINT r", "SELECT segment_rename('m', 'm2')", "RELEASE r"],
+], ids=["rename", "chain", "in a savepoint"])
+def test_a_tag_created_drawn_and_renamed_in_one_transaction_goes_on_above_its_ids(lc, renames):
+    """Found by an attack review: a migration that creates a tag, fills a
+    table whose DEFAULT draws from it, and renames the tag (the DEFAULT
+    follows) committed the renamed row at the tag's start, so the next
+    INSERT repeated the IDs drawn under the old name (23505 on the primary
+    key). The rename carries the IDs drawn under the old name to the new
+    one: at commit its row is raised above them."""
+    c = lc
+    db = c.new_database()
+    with session(c, db) as conn:
+        conn.execute("BEGIN")
+        conn.execute("SELECT segment_create('m', start => 1, step => 10)")
+        conn.execute("CREATE TABLE m_rows (id bigint PRIMARY KEY DEFAULT segment_nextval('m'), x int)")
+        conn.execute("INSERT INTO m_rows (x) SELECT g FROM generate_series(1, 3) g")
+        conn.execute("SELECT * FROM segment_nextval('m', 4)")
+        conn.execute("SELECT * FROM segment_reserve('m', 2)")
+        for statement in renames:
+            conn.execute(statement)
+        conn.execute("COMMIT")
+        (default,), = conn.execute("SELECT pg_get_expr(adbin, adrelid) FROM pg_attrdef "
+                                   "WHERE adrelid = 'm_rows'::regclass").fetchall()
+        assert "'m2'" in default
+        assert row_range(c, db, "m2")[0] >= 9, "the renamed row is raised past the 9 IDs drawn"
+        conn.execute("INSERT INTO m_rows (x) SELECT g FROM generate_series(4, 8) g")
+        later = draw(conn, "m2", 3)
+    ids = [r[0] for r in c.sql("SELECT id FROM m_rows ORDER BY x", dbname=db)]
+    assert ids[:3] == [1, 2, 3]
+    assert_unique(list(range(1, 10)) + ids[3:] + later)
+    assert min(ids[3:]) > 9
+
+
+def test_a_name_that_no_committed_tag_has_draws_when_created_again(lc):
+    """The refusal above is for a committed tag of the name only: a name
+    this transaction gave by a rename, dropped and created again has no
+    committed tag that a rollback could bring back, so it draws."""
+    c = lc
+    db = c.new_database()
+    c.sql("SELECT segment_create('w', step => 10)", dbname=db)
+    with session(c, db) as conn:
+        conn.execute("BEGIN")
+        conn.execute("SELECT segment_rename('w', 'x')")
+        conn.execute("SELECT segment_drop('x')")
+        conn.execute("SELECT segment_create('x', start => 100, step => 10)")
+        assert draw(conn, "x", 2) == [100, 101]
+        conn.execute("COMMIT")
+        assert draw(conn, "x", 1) == [102]
 
 
 def test_a_commit_that_cannot_raise_max_id_fails_instead(lc):
