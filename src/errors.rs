@@ -545,9 +545,11 @@ pub enum IdgenError {
     MachineIdNotSet {
         function: &'static str,
     },
-    /// `segment_currval` before this session drew the tag.
+    /// `segment_currval` before this session drew the tag (`recovery`: on
+    /// a hot standby, where no session can draw it).
     CurrvalNotYetDefined {
         tag: String,
+        recovery: bool,
     },
     /// `segment_setval` of a tag attached to a central server.
     SetvalOfAttachedTag {
@@ -1331,7 +1333,14 @@ mod tests {
             MachineIdNotSet {
                 function: "snowflake_nextval",
             },
-            CurrvalNotYetDefined { tag: tag() },
+            CurrvalNotYetDefined {
+                tag: tag(),
+                recovery: false,
+            },
+            CurrvalNotYetDefined {
+                tag: tag(),
+                recovery: true,
+            },
             SetvalOfAttachedTag {
                 tag: tag(),
                 server: server(),

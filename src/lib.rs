@@ -19,6 +19,7 @@ mod base62_sql;
 mod bgworker;
 mod catalog;
 mod citus;
+mod discard_hook;
 mod drop_hook;
 pub mod errors;
 mod failpoints;
@@ -62,6 +63,7 @@ pub extern "C-unwind" fn _PG_init() {
     citus::install_guard();
     hints::install_hook();
     drop_hook::install();
+    discard_hook::install();
     // pg_upgrade starts the servers in binary-upgrade mode to move the
     // catalogs: no ID is issued then, and a keeper connected to a database
     // would stand in the way of pg_upgrade dropping and creating it.

@@ -132,13 +132,20 @@ pub(super) fn report(error: &IdgenError) -> Report {
             ),
             "The transaction is rolled back so that no ID can come out twice. Remove what blocks the UPDATE of the row (a trigger, rule or row-level security policy on id_segment, or READ ONLY), or draw the tag's IDs after the transaction that creates it has committed.",
         ),
-        CurrvalNotYetDefined { tag } => Report::new(
+        CurrvalNotYetDefined { tag, recovery } => Report::new(
             ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             format!("currval of segment tag \"{tag}\" is not yet defined in this session"),
-            format!(
-                "Call segment_nextval({}) in this session first.",
-                quote_literal(tag)
-            ),
+            if *recovery {
+                format!(
+                    "IDs can only be handed out on the primary server: connect to it, and call segment_nextval({}) there first, in the session that calls segment_currval.",
+                    quote_literal(tag)
+                )
+            } else {
+                format!(
+                    "Call segment_nextval({}) in this session first.",
+                    quote_literal(tag)
+                )
+            },
         ),
         SetvalOfAttachedTag { tag, server } => Report::new(
             ERRCODE_FEATURE_NOT_SUPPORTED,

@@ -157,6 +157,18 @@ pub fn give_up_slot(registry: &Registry, tag: &[u8], currval: Option<i64>) -> bo
     had_slot
 }
 
+/// Forgets every `segment_currval` of this backend (`DISCARD ALL`,
+/// `DISCARD SEQUENCES`): not undone by a rollback, as a sequence's is not.
+pub fn forget_currvals() {
+    if let Some(last) = LAST_IDS.get() {
+        for record in last.iter() {
+            record.stamp.store(0, Ordering::Relaxed);
+        }
+    }
+    LAST_BY_TAG.with(|map| map.borrow_mut().clear());
+    SETVAL_UNDO.with(|undo| undo.borrow_mut().clear());
+}
+
 /// Records `value` (`None`: none) as `tag`'s last in this backend, unless
 /// the write that made it is rolled back (or prepared): then `previous`
 /// comes back.
@@ -249,6 +261,8 @@ fn segment_currval(tag: Option<&str>) -> i64 {
         Some((id, _)) => id,
         None => IdgenError::CurrvalNotYetDefined {
             tag: tag.to_string(),
+            // SAFETY: plain query of the backend's recovery state.
+            recovery: unsafe { pg_sys::RecoveryInProgress() },
         }
         .raise(),
     }
@@ -281,6 +295,39 @@ pub fn last_of(registry: &Registry, tag: &[u8]) -> Option<(i64, u64)> {
         (Some((_, stamp)), Some((_, gone))) if gone > stamp => None,
         (newest, _) => newest,
     }
+}
+
+/// Before slot `index` with `generation` is drawn from: this backend's
+/// record of the slot's earlier generation (`LAST_IDS`) is about to be
+/// overwritten, and with it `last_of`'s evidence that a tag resolved to
+/// that generation had its newest value from a slot given up since. So
+/// what that evidence hides is forgotten now: each such tag's by-tag value
+/// older than the record (slow path: a tag resolved anew).
+fn forget_superseded(index: usize, generation: u64) {
+    let Some(last) = LAST_IDS.get().and_then(|last| last.get(index)) else {
+        return;
+    };
+    let (old_generation, stamp) = (
+        last.generation.load(Ordering::Relaxed),
+        last.stamp.load(Ordering::Relaxed),
+    );
+    if stamp == 0 || old_generation == generation {
+        return;
+    }
+    RESOLVED.with(|resolved| {
+        LAST_BY_TAG.with(|by_tag| {
+            let mut by_tag = by_tag.borrow_mut();
+            for (tag, _) in resolved
+                .borrow()
+                .iter()
+                .filter(|(_, &slot)| slot == (index, old_generation))
+            {
+                if by_tag.get(tag).is_some_and(|&(_, older)| older < stamp) {
+                    by_tag.remove(tag);
+                }
+            }
+        })
+    });
 }
 
 /// Refuses to hand out IDs where `nextval` would refuse too. Inlined into
@@ -400,6 +447,7 @@ fn resolve_slot(registry: &Registry, tag: &[u8], table_oid: u32) -> (usize, u64)
                     slot_share::quota(registry.max_tags(), gucs::MAX_TAGS_PER_DATABASE.get());
                 match registry.lookup_or_assign(my_database(), tag, quota) {
                     Lookup::Found { index, generation } => {
+                        forget_superseded(index, generation);
                         RESOLVED
                             .with(|map| map.borrow_mut().insert(tag.to_vec(), (index, generation)));
                         (index, generation)

@@ -324,6 +324,12 @@ def test_a_hot_standby_refuses_to_hand_out_ids(make_cluster):
     assert "cannot execute segment_nextval() during recovery" in str(caught.value)
     assert caught.value.diag.message_hint == (
         "IDs can only be handed out on the primary server; connect to it instead.")
+    # segment_currval too points to the primary: no session here can draw.
+    with pytest.raises(errors.ObjectNotInPrerequisiteState) as caught:
+        standby.sql("SELECT segment_currval('orders')")
+    assert caught.value.diag.message_hint == (
+        "IDs can only be handed out on the primary server: connect to it, and call "
+        "segment_nextval('orders') there first, in the session that calls segment_currval.")
     # A standby shares the primary's machine id: it must not hand out
     # snowflake IDs either.
     with pytest.raises(errors.ReadOnlySqlTransaction) as caught:
@@ -432,6 +438,82 @@ def test_segment_currval_never_goes_back_to_a_value_older_than_the_last_id(lc):
             assert draw(a, "t", 1) == [2000]
             assert a.execute("SELECT segment_currval('t')").fetchone() == (2000,)
             lc.sql("SELECT segment_drop('t')", dbname=db)
+
+
+def test_segment_currval_stays_undefined_once_another_tag_takes_the_slot_given_up(make_cluster):
+    """Found by an attack review: after another session's segment_setval
+    gave up the slot a session's last IDs came from, segment_currval raised
+    55000 — until the session drew another tag, which took the freed slot
+    (a server just started hands out its slots lowest first): then it gave
+    the session's older value again, its own setval's or one drawn in the
+    transaction that created the tag."""
+    c = make_cluster()
+    c.start()
+    c.sql("CREATE EXTENSION pg_idgen")
+    with c.connect() as a, c.connect() as b:
+        for how in ("own setval", "created here"):
+            tag, other = f"t_{how[:3]}", f"c_{how[:3]}"
+            if how == "own setval":
+                a.execute("SELECT segment_create(%s)", (tag,))
+                a.execute("SELECT segment_setval(%s, 100)", (tag,))
+            else:
+                a.execute("BEGIN")
+                a.execute("SELECT segment_create(%s)", (tag,))
+                draw(a, tag, 1)
+                a.execute("COMMIT")
+            last = draw(a, tag, 2)[-1]
+            assert a.execute("SELECT segment_currval(%s)", (tag,)).fetchone() == (last,)
+            b.execute("SELECT segment_setval(%s, 100000)", (tag,))
+            a.execute("SELECT segment_create(%s)", (other,))
+            draw(a, other, 1)
+            for _ in range(2):
+                with pytest.raises(errors.ObjectNotInPrerequisiteState):
+                    a.execute("SELECT segment_currval(%s)", (tag,))
+                draw(b, tag, 1)
+            assert draw(a, tag, 1) == [100003]
+            assert a.execute("SELECT segment_currval(%s)", (tag,)).fetchone() == (100003,)
+
+
+def test_discard_all_and_discard_sequences_forget_segment_currval_as_a_sequences(lc):
+    """A session pooler resets a server connection with DISCARD ALL
+    (PgBouncer's server_reset_query) before the next client gets it: that
+    client must see no segment_currval of the previous one, as it sees no
+    currval of a sequence. DISCARD SEQUENCES forgets it too (in a
+    transaction also, and a rollback brings nothing back); DISCARD PLANS
+    and DISCARD TEMP do not."""
+    db = lc.new_database()
+    lc.sql("SELECT segment_create('t', step => 10)", dbname=db)
+    lc.sql("CREATE SEQUENCE s", dbname=db)
+
+    def currvals(conn):
+        got = []
+        for call in ("segment_currval('t')", "currval('s')"):
+            try:
+                got.append(conn.execute(f"SELECT {call}").fetchone()[0])
+            except errors.ObjectNotInPrerequisiteState:
+                got.append(None)
+        return got
+
+    with lc.connect(db) as conn:
+        for discard, forgets in (("DISCARD PLANS", False), ("DISCARD TEMP", False),
+                                 ("DISCARD ALL", True), ("DISCARD SEQUENCES", True)):
+            last = draw(conn, "t", 2)[-1]
+            (value,), = conn.execute("SELECT nextval('s')").fetchall()
+            conn.execute("SELECT segment_setval('t', %s)", (last + 100,))
+            assert draw(conn, "t", 1) == [last + 101]
+            conn.execute(discard)
+            assert currvals(conn) == ([None, None] if forgets else [last + 101, value]), discard
+        # In a transaction, after a setval of its own: a rollback brings back
+        # neither the setval's value nor the one before it.
+        last = draw(conn, "t", 1)[-1]
+        conn.execute("BEGIN")
+        conn.execute("SELECT segment_setval('t', %s)", (last + 1000,))
+        conn.execute("DISCARD SEQUENCES")
+        conn.execute("ROLLBACK")
+        assert currvals(conn)[0] is None
+        # Drawing defines it again.
+        after = draw(conn, "t", 1)
+        assert currvals(conn)[0] == after[0]
 
 
 def test_segment_setval_moves_every_session_above_the_value_even_with_a_refill_in_flight(lc):
