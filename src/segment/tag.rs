@@ -232,7 +232,14 @@ fn row_state_in(table_oid: u32, tag: &[u8], latest: bool) -> RowState {
 /// committed: `segment_drop`, `segment_rename` away, or a plain `DELETE`.
 /// Read from the row versions themselves (`SnapshotAny`): until the
 /// transaction ends, the versions it deleted stay in the table.
+///
+/// A table whose storage this transaction replaced (`TRUNCATE`, or a
+/// rewrite: the versions it deleted are not in the new storage) counts as
+/// every committed row removed.
 pub fn committed_row_removed_here(table_oid: u32, tag: &[u8]) -> bool {
+    if storage_replaced_here(table_oid) {
+        return true;
+    }
     // PostgreSQL's static snapshot that sees every version; scans only
     // read it.
     let any = &raw mut pg_sys::SnapshotAnyData;
@@ -242,6 +249,30 @@ pub fn committed_row_removed_here(table_oid: u32, tag: &[u8]) -> bool {
         std::iter::from_fn(next).any(|v| !v.made_by_caller && v.deleted_by_caller)
     })
     .unwrap_or(false)
+}
+
+/// Whether table `table_oid`, which the calling transaction did not
+/// create, got new storage in it (in a subtransaction still alive):
+/// `TRUNCATE`, or a rewrite.
+fn storage_replaced_here(table_oid: u32) -> bool {
+    // SAFETY: inside a transaction; the relation opened here is closed
+    // below, and its relcache entry is read in between.
+    unsafe {
+        let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
+        let relation = pg_sys::try_table_open(pg_sys::Oid::from(table_oid), lock);
+        if relation.is_null() {
+            return false;
+        }
+        let entry = &*relation;
+        #[cfg(feature = "pg15")]
+        let first_new_storage = entry.rd_firstRelfilenodeSubid;
+        #[cfg(not(feature = "pg15"))]
+        let first_new_storage = entry.rd_firstRelfilelocatorSubid;
+        // 0: InvalidSubTransactionId (not bound by pgrx).
+        let replaced = entry.rd_createSubid == 0 && first_new_storage != 0;
+        pg_sys::table_close(relation, lock);
+        replaced
+    }
 }
 
 /// What `scan_tag` tells of a row version: whether the calling

@@ -273,7 +273,8 @@ def test_a_drop_rolled_back_in_the_creating_transaction_keeps_its_ids(lc):
     ["SELECT segment_rename('a', 'a_old')"],
     ["SELECT segment_setval('a', 1000)", "SELECT segment_drop('a')"],
     ["DELETE FROM id_segment WHERE biz_tag = 'a'"],
-], ids=["drop", "rename", "setval_then_drop", "delete"])
+    ["TRUNCATE id_segment"],
+], ids=["drop", "rename", "setval_then_drop", "delete", "truncate"])
 @pytest.mark.parametrize("form", [
     "SELECT segment_nextval('a')",
     "SELECT * FROM segment_nextval('a', 3)",
@@ -303,7 +304,7 @@ def test_a_tag_created_again_in_the_transaction_that_removed_it_hands_out_nothin
             conn.execute(form).fetchall()
         assert "dropped or renamed" in refused.value.diag.message_primary
         hint = refused.value.diag.message_hint
-        assert "Commit the segment_drop(), segment_rename() or DELETE in a transaction of its own" in hint
+        assert "Commit the segment_drop(), segment_rename(), DELETE or TRUNCATE in a transaction of its own" in hint
         conn.execute("ROLLBACK")
         # Removed in a savepoint rolled back: the tag is back and draws as before.
         conn.execute("BEGIN")
