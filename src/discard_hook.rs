@@ -6,6 +6,8 @@
 //!
 //! Chained to the hook installed before ours (Citus's, when it is
 //! preloaded first); acts only after the statement has run without error.
+//! Invariant: an ERROR raised inside any utility statement reaches the
+//! client exactly as raised — the hook adds no error boundary of its own.
 
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -22,7 +24,29 @@ pub fn install() {
     }
 }
 
-#[pg_guard]
+// PostgreSQL's own processing of a utility statement, bound here without
+// pgrx's error boundary, which would turn an ERROR raised inside the
+// statement into a Rust panic and raise it again without its SQLSTATE (if
+// pgrx does not know it), CONTEXT, position and constraint, table and
+// column fields.
+unsafe extern "C-unwind" {
+    #[link_name = "standard_ProcessUtility"]
+    fn standard_process_utility(
+        pstmt: *mut pg_sys::PlannedStmt,
+        query_string: *const std::ffi::c_char,
+        read_only_tree: bool,
+        context: pg_sys::ProcessUtilityContext::Type,
+        params: pg_sys::ParamListInfo,
+        query_env: *mut pg_sys::QueryEnvironment,
+        dest: *mut pg_sys::DestReceiver,
+        qc: *mut pg_sys::QueryCompletion,
+    );
+}
+
+/// The hook. Not `#[pg_guard]`, for the reason above: an ERROR inside the
+/// statement leaves through this frame by PostgreSQL's `longjmp`, which
+/// it may, holding nothing to drop (a plain old frame); the one call that
+/// could panic goes through a guarded function (`forget_after_discard`).
 #[allow(clippy::too_many_arguments)]
 unsafe extern "C-unwind" fn process_utility(
     pstmt: *mut pg_sys::PlannedStmt,
@@ -57,7 +81,7 @@ unsafe extern "C-unwind" fn process_utility(
                 dest,
                 qc,
             ),
-            None => pg_sys::standard_ProcessUtility(
+            None => standard_process_utility(
                 pstmt,
                 query_string,
                 read_only_tree,
@@ -69,7 +93,13 @@ unsafe extern "C-unwind" fn process_utility(
             ),
         }
         if discards_currval {
-            crate::segment::sql::forget_currvals();
+            forget_after_discard();
         }
     }
+}
+
+/// After a `DISCARD ALL` or `DISCARD SEQUENCES` that ran.
+#[pg_guard]
+extern "C-unwind" fn forget_after_discard() {
+    crate::segment::sql::forget_currvals();
 }

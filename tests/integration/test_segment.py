@@ -516,6 +516,38 @@ def test_discard_all_and_discard_sequences_forget_segment_currval_as_a_sequences
         assert currvals(conn)[0] == after[0]
 
 
+def test_an_error_inside_a_utility_statement_reaches_the_client_as_raised(lc):
+    """Found by an attack review: the DISCARD hook (which sees every utility
+    statement) ran PostgreSQL's processing inside pgrx's error boundary,
+    which raised an ERROR from a CALL, a DO block or DDL again without its
+    own SQLSTATE (an application's became XX000, so an EXCEPTION handler
+    around the CALL no longer caught it), CONTEXT, position and constraint
+    fields. They come through as raised."""
+    db = lc.new_database()
+    lc.sql("""CREATE PROCEDURE p_custom() LANGUAGE plpgsql AS
+              $$ BEGIN RAISE EXCEPTION 'custom' USING ERRCODE = 'U0001'; END $$""", dbname=db)
+    lc.sql("CREATE TABLE x (id int CONSTRAINT x_pk PRIMARY KEY)", dbname=db)
+    lc.sql("INSERT INTO x VALUES (1)", dbname=db)
+    lc.sql("CREATE PROCEDURE p_dup() LANGUAGE sql AS $$ INSERT INTO x VALUES (1) $$", dbname=db)
+    lc.sql("""CREATE FUNCTION catches() RETURNS text LANGUAGE plpgsql AS
+              $$ BEGIN CALL p_custom(); RETURN 'not raised';
+                 EXCEPTION WHEN SQLSTATE 'U0001' THEN RETURN 'caught'; END $$""", dbname=db)
+    with lc.connect(db) as conn:
+        for statement in ("CALL p_custom()",
+                          "DO $$ BEGIN RAISE EXCEPTION 'custom' USING ERRCODE = 'U0001'; END $$"):
+            with pytest.raises(psycopg.Error) as raised:
+                conn.execute(statement)
+            assert raised.value.sqlstate == "U0001", statement
+            assert "PL/pgSQL function" in (raised.value.diag.context or ""), statement
+        with pytest.raises(errors.UniqueViolation) as raised:
+            conn.execute("CALL p_dup()")
+        assert (raised.value.diag.constraint_name, raised.value.diag.table_name) == ("x_pk", "x")
+        assert conn.execute("SELECT catches()").fetchone() == ("caught",)
+        with pytest.raises(errors.UndefinedObject) as raised:
+            conn.execute("CREATE TABLE y (a nosuchtype)")
+        assert raised.value.diag.statement_position == "19"
+
+
 def test_segment_setval_moves_every_session_above_the_value_even_with_a_refill_in_flight(lc):
     """Session A draws (its tag's ranges are cached in shared memory); the
     worker is stopped between its CAS commit and publishing the next range
