@@ -38,6 +38,10 @@ use std::collections::HashMap;
 struct Creation {
     subtransaction: pg_sys::SubTransactionId,
     start: i64,
+    /// Whether the transaction had removed a committed tag of the name
+    /// when it created this one (read once: a removal can only come before
+    /// the creation, and only rolling back past both undoes it).
+    over_removed: bool,
     /// The subtransaction whose `segment_drop` removed it, if any.
     dropped_in: Option<pg_sys::SubTransactionId>,
 }
@@ -92,10 +96,12 @@ fn with_state<R>(tag: &[u8], table_oid: u32, body: impl FnOnce(&mut TagState) ->
 /// with `max_id = start - 1`.
 pub fn created(tag: &[u8], table_oid: u32, start: i64) {
     let (_, subtransaction) = transaction_ids();
+    let over_removed = super::tag::committed_row_removed_here(table_oid, tag);
     with_state(tag, table_oid, |state| {
         state.creations.push(Creation {
             subtransaction,
             start,
+            over_removed,
             dropped_in: None,
         })
     });
@@ -156,8 +162,9 @@ pub fn next_ids(tag: &[u8], n: i64) -> Option<(i64, i64)> {
     let (first, last, table_oid) = TAGS.with(|tags| {
         let mut tags = tags.borrow_mut();
         let state = tags.get_mut(tag).filter(|s| s.transaction == transaction)?;
-        let start = state.live()?.start;
-        if super::tag::committed_row_removed_here(state.table_oid, tag) {
+        let live = state.live()?;
+        let start = live.start;
+        if live.over_removed {
             IdgenError::DrawAfterRemovedHere {
                 tag: String::from_utf8_lossy(tag).into_owned(),
             }
