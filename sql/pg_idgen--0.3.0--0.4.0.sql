@@ -132,7 +132,7 @@ DROP FUNCTION segment_create(text, bigint, int);
 CREATE FUNCTION segment_create(tag text, start bigint DEFAULT 1, step int DEFAULT 1000,
                                force boolean DEFAULT false) RETURNS void
     VOLATILE PARALLEL UNSAFE
-    LANGUAGE c AS 'MODULE_PATHNAME', 'segment_create_wrapper';
+    LANGUAGE c AS 'MODULE_PATHNAME', 'create_tag_wrapper';
 REVOKE ALL ON FUNCTION segment_create(text, bigint, int, boolean) FROM PUBLIC;
 COMMENT ON FUNCTION segment_create(text, bigint, int, boolean) IS 'pg_idgen: adds a segment tag (its row in id_segment); the first ID handed out is start; refused on a Citus worker unless forced';
 

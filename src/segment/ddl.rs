@@ -51,12 +51,56 @@ use pgrx::spi::SpiClient;
 /// Citus worker it is refused unless forced: there every node draws a tag
 /// from the coordinator's row (`citus_source.rs`), and a row of the
 /// worker's own would start a second ID space.
-#[pg_extern(volatile, parallel_unsafe)]
-fn segment_create(
+///
+/// Its C symbol is `create_tag_wrapper`: `segment_create_wrapper` is the
+/// three-argument form of 0.1.0 – 0.3.0, which a database not yet updated
+/// still calls (`segment_create_before_0_4`).
+#[pg_extern(volatile, parallel_unsafe, name = "segment_create")]
+fn create_tag(
     tag: Option<&str>,
     start: default!(Option<i64>, 1),
     step: default!(Option<i32>, 1000),
     force: default!(Option<bool>, false),
+    fcinfo: pg_sys::FunctionCallInfo,
+) {
+    create(tag, start, step, force, fcinfo);
+}
+
+/// The V1 information function of `segment_create_wrapper`.
+#[unsafe(no_mangle)]
+pub extern "C" fn pg_finfo_segment_create_wrapper() -> &'static pg_sys::Pg_finfo_record {
+    const V1_API: pg_sys::Pg_finfo_record = pg_sys::Pg_finfo_record { api_version: 1 };
+    &V1_API
+}
+
+/// `segment_create(tag, start, step)` as 0.1.0 – 0.3.0 declared it (C
+/// symbol `segment_create_wrapper`): between installing this library and
+/// `ALTER EXTENSION pg_idgen UPDATE`, a database still has that
+/// declaration, and its three arguments would fail `create_tag`'s
+/// unboxing of a fourth (XX000). It creates the tag, unforced.
+#[pg_guard]
+#[unsafe(export_name = "segment_create_wrapper")]
+pub unsafe extern "C-unwind" fn segment_create_before_0_4(
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> pg_sys::Datum {
+    // SAFETY: the function manager passes a valid fcinfo of the old
+    // declaration, (text, bigint, int), each argument possibly NULL.
+    let (tag, start, step) = unsafe {
+        (
+            pgrx::fcinfo::pg_getarg::<&str>(fcinfo, 0),
+            pgrx::fcinfo::pg_getarg::<i64>(fcinfo, 1),
+            pgrx::fcinfo::pg_getarg::<i32>(fcinfo, 2),
+        )
+    };
+    create(tag, start, step, Some(false), fcinfo);
+    pg_sys::Datum::from(0)
+}
+
+fn create(
+    tag: Option<&str>,
+    start: Option<i64>,
+    step: Option<i32>,
+    force: Option<bool>,
     fcinfo: pg_sys::FunctionCallInfo,
 ) {
     registry_or_raise();

@@ -480,6 +480,14 @@ def test_the_0_4_0_update_keeps_grants_and_refuses_first_when_a_view_needs_what_
         c.sql(statement, dbname=db)
     c.restart()  # the current library, which the 0.4.0 functions need
     assert running_library(c, db) == "current"
+    # Until the update, the database's 0.3.0 declaration of segment_create
+    # (three arguments) works on this library: it failed with XX000.
+    c.sql("SELECT segment_create('made_before_update', 5, 10)", dbname=db)
+    c.sql("SELECT segment_create('made_before_update_too')", dbname=db)
+    assert c.sql("SELECT segment_nextval('made_before_update')", dbname=db) == [(5,)]
+    with pytest.raises(psycopg.Error) as exists:
+        c.sql("SELECT segment_create('made_before_update')", dbname=db)
+    assert exists.value.sqlstate == "42710", exists.value
     with pytest.raises(psycopg.errors.DependentObjectsStillExist) as refused:
         c.sql("ALTER EXTENSION pg_idgen UPDATE", dbname=db)
     assert "view tags_low" in str(refused.value), refused.value
@@ -491,6 +499,8 @@ def test_the_0_4_0_update_keeps_grants_and_refuses_first_when_a_view_needs_what_
     c.sql("DROP FUNCTION my_status()", dbname=db)
     c.sql("ALTER EXTENSION pg_idgen UPDATE", dbname=db)
     assert extversion(c, db) == [(CURRENT,)]
+    assert c.sql("SELECT segment_nextval('made_before_update'), segment_nextval('made_before_update_too')",
+                 dbname=db) == [(6, 1)]
     c.sql(f"CREATE VIEW tags_low AS {definition}", dbname=db)
     assert c.sql(
         "SELECT has_function_privilege('tag_admin', 'segment_create(text, bigint, int, boolean)', "
