@@ -163,7 +163,7 @@ pub(super) fn report(error: &IdgenError) -> Report {
             format!(
                 "segment tag \"{tag}\" was created again by this transaction after it dropped or renamed the committed tag of that name (or deleted its row): if the transaction rolled back, that tag would come back and hand out the IDs drawn here again"
             ),
-            "Commit the segment_drop(), segment_rename(), DELETE or TRUNCATE in a transaction of its own, then create the tag and draw from it.",
+            "Commit the segment_drop(), segment_rename(), DELETE, TRUNCATE or DROP EXTENSION in a transaction of its own, then create the tag and draw from it.",
         ),
         SetvalOfNewTag { tag } => Report::new(
             ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,

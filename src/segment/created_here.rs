@@ -14,8 +14,10 @@
 //!   inside its children (their subtransaction IDs are larger), and undoes
 //!   the drops made there — but never `high_water`;
 //! * a tag created after the transaction removed a committed tag of the
-//!   same name (`segment_drop`, `segment_rename` away, a plain `DELETE`;
-//!   `tag::committed_row_removed_here` reads it from the row versions)
+//!   same name (`segment_drop`, `segment_rename` away, a plain `DELETE`
+//!   or `TRUNCATE`: `tag::committed_row_removed_here` reads it from the
+//!   table; or its whole table, `DROP EXTENSION`: `table_dropped`, from
+//!   the drop hook)
 //!   hands out no ID: a rollback would bring that tag back, below the IDs
 //!   handed out here, and no write survives the rollback to raise it;
 //! * a rename carries the old name's `high_water` over to the new name
@@ -61,6 +63,11 @@ impl TagState {
 
 thread_local! {
     static TAGS: RefCell<HashMap<Vec<u8>, TagState>> = RefCell::new(HashMap::new());
+    /// The subtransaction that dropped an `id_segment` table (`DROP
+    /// EXTENSION`) in the transaction in progress, if any: every tag of
+    /// the table a rollback would bring back counts as removed.
+    static TABLE_DROPPED_IN: std::cell::Cell<Option<pg_sys::SubTransactionId>> =
+        const { std::cell::Cell::new(None) };
     static CALLBACKS_REGISTERED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
@@ -96,7 +103,8 @@ fn with_state<R>(tag: &[u8], table_oid: u32, body: impl FnOnce(&mut TagState) ->
 /// with `max_id = start - 1`.
 pub fn created(tag: &[u8], table_oid: u32, start: i64) {
     let (_, subtransaction) = transaction_ids();
-    let over_removed = super::tag::committed_row_removed_here(table_oid, tag);
+    let over_removed = TABLE_DROPPED_IN.with(|dropped| dropped.get().is_some())
+        || super::tag::committed_row_removed_here(table_oid, tag);
     with_state(tag, table_oid, |state| {
         state.creations.push(Creation {
             subtransaction,
@@ -104,6 +112,18 @@ pub fn created(tag: &[u8], table_oid: u32, start: i64) {
             over_removed,
             dropped_in: None,
         })
+    });
+}
+
+/// Records that the current (sub)transaction dropped an `id_segment`
+/// table (`lifecycle.rs`, from the drop hook).
+pub fn table_dropped() {
+    register_callbacks();
+    let (_, subtransaction) = transaction_ids();
+    TABLE_DROPPED_IN.with(|dropped| {
+        if dropped.get().is_none() {
+            dropped.set(Some(subtransaction));
+        }
     });
 }
 
@@ -223,6 +243,11 @@ unsafe extern "C-unwind" fn on_subtransaction_event(
     }
     // Undo what the aborted subtransaction and its children did; keep
     // every high-water mark.
+    TABLE_DROPPED_IN.with(|dropped| {
+        if dropped.get().is_some_and(|s| s >= aborted) {
+            dropped.set(None);
+        }
+    });
     TAGS.with(|tags| {
         for state in tags.borrow_mut().values_mut() {
             state.creations.retain(|c| c.subtransaction < aborted);
@@ -244,7 +269,8 @@ unsafe extern "C-unwind" fn on_transaction_event(
     match event {
         XACT_EVENT_PRE_COMMIT | XACT_EVENT_PRE_PREPARE => raise_max_ids(),
         XACT_EVENT_COMMIT | XACT_EVENT_ABORT | XACT_EVENT_PREPARE => {
-            TAGS.with(|tags| tags.borrow_mut().clear())
+            TAGS.with(|tags| tags.borrow_mut().clear());
+            TABLE_DROPPED_IN.with(|dropped| dropped.set(None));
         }
         _ => {}
     }

@@ -11,7 +11,10 @@
 //! worker publishes only into the generation it read). The hook runs in the
 //! dropping transaction; if that rolls back, the freed ranges are only a
 //! gap. Slots of a dropped database are freed at once, so a database
-//! created later with the same OID never inherits them.
+//! created later with the same OID never inherits them. A dropped
+//! `id_segment` is also told to `created_here`: a tag created afterwards
+//! in the dropping transaction hands out nothing (a rollback would bring
+//! the old table back, below its IDs).
 
 use super::registry::registry;
 use pgrx::pg_sys;
@@ -30,6 +33,7 @@ pub fn relation_dropped(name: &CStr) {
     if name != c"id_segment" {
         return;
     }
+    super::created_here::table_dropped();
     if let Some(registry) = registry() {
         // SAFETY: MyDatabaseId is set in every connected backend.
         registry.free_database(unsafe { pg_sys::MyDatabaseId }.to_u32());

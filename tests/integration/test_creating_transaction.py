@@ -304,7 +304,7 @@ def test_a_tag_created_again_in_the_transaction_that_removed_it_hands_out_nothin
             conn.execute(form).fetchall()
         assert "dropped or renamed" in refused.value.diag.message_primary
         hint = refused.value.diag.message_hint
-        assert "Commit the segment_drop(), segment_rename(), DELETE or TRUNCATE in a transaction of its own" in hint
+        assert "Commit the segment_drop(), segment_rename(), DELETE, TRUNCATE or DROP EXTENSION in a transaction of its own" in hint
         conn.execute("ROLLBACK")
         # Removed in a savepoint rolled back: the tag is back and draws as before.
         conn.execute("BEGIN")
@@ -361,6 +361,49 @@ def test_a_tag_created_drawn_and_renamed_in_one_transaction_goes_on_above_its_id
     assert ids[:3] == [1, 2, 3]
     assert_unique(list(range(1, 10)) + ids[3:] + later)
     assert min(ids[3:]) > 9
+
+
+def test_a_tag_created_after_drop_extension_in_the_same_transaction_hands_out_nothing(make_cluster):
+    """Found by an attack review: DROP EXTENSION and CREATE EXTENSION in one
+    transaction, then a tag created above the old one's IDs, drawn, and
+    ROLLBACK: the old table came back below the IDs drawn and handed them
+    out again. The draw is refused; a drop rolled back to a savepoint
+    lifts that; and CREATE EXTENSION with a tag drawn in one transaction
+    (no table dropped) draws."""
+    c = make_cluster()
+    c.start()
+    db = c.new_database()
+    c.sql("SELECT segment_create('a', step => 10)", dbname=db)
+    with session(c, db) as other:
+        before = draw(other, "a", 5)
+    top = row_range(c, db, "a")[0]
+    with session(c, db) as conn:
+        conn.execute("BEGIN")
+        conn.execute("DROP EXTENSION pg_idgen")
+        conn.execute("CREATE EXTENSION pg_idgen")
+        conn.execute(f"SELECT segment_create('a', start => {top + 1}, step => 10)")
+        with pytest.raises(errors.ObjectNotInPrerequisiteState) as refused:
+            draw(conn, "a", 1)
+        assert "DROP EXTENSION in a transaction of its own" in refused.value.diag.message_hint
+        conn.execute("ROLLBACK")
+        conn.execute("BEGIN")
+        conn.execute("SAVEPOINT s")
+        conn.execute("DROP EXTENSION pg_idgen")
+        conn.execute("ROLLBACK TO s")
+        conn.execute("SELECT segment_create('b', step => 10)")
+        assert draw(conn, "b", 2) == [1, 2]
+        conn.execute("COMMIT")
+        after = draw(conn, "a", 3)
+        # The drop committed on its own: a transaction that creates the
+        # extension, a tag and draws from it draws.
+        conn.execute("DROP EXTENSION pg_idgen")
+        conn.execute("BEGIN")
+        conn.execute("CREATE EXTENSION pg_idgen")
+        conn.execute("SELECT segment_create('n')")
+        assert draw(conn, "n", 2) == [1, 2]
+        conn.execute("COMMIT")
+    assert_unique(before + after)
+    assert min(after) > max(before)
 
 
 def test_a_name_that_no_committed_tag_has_draws_when_created_again(lc):
