@@ -25,6 +25,12 @@ CREATE FUNCTION segment_nextval(tag text) RETURNS bigint
     LANGUAGE c AS 'MODULE_PATHNAME', 'segment_nextval_fast';
 COMMENT ON FUNCTION segment_nextval(text) IS 'next ID of a segment tag, from ranges cached in shared memory';
 
+-- segment_drop is hand-written C-level glue too (src/segment/ddl.rs), so
+-- that its symbol also serves 0.1.0's one-argument declaration.
+CREATE FUNCTION segment_drop(tag text, force boolean DEFAULT false) RETURNS void
+    VOLATILE PARALLEL UNSAFE
+    LANGUAGE c AS 'MODULE_PATHNAME', 'segment_drop_wrapper';
+
 -- Tags whose ranges come from another server's id_segment, through a
 -- postgres_fdw foreign table (segment_attach). Such a tag has no row in
 -- the local id_segment: its IDs come from one place only.

@@ -566,6 +566,13 @@ pub enum IdgenError {
     DrawAfterRemovedHere {
         tag: String,
     },
+    /// A set-returning function called through a declaration of an older
+    /// pg_idgen whose columns this library does not fill (the database
+    /// not yet updated).
+    DeclarationOutdated {
+        function: &'static str,
+        column: i32,
+    },
     /// `segment_setval` to a negative value.
     BadSetvalValue {
         value: i64,
@@ -744,6 +751,7 @@ impl IdgenError {
             | SetvalOfAttachedTag { .. }
             | SetvalOfNewTag { .. }
             | DrawAfterRemovedHere { .. }
+            | DeclarationOutdated { .. }
             | ExtensionDropped
             | TagExhausted { .. } => segment::report(self),
             WorkerNotStarted { .. }
@@ -1347,6 +1355,10 @@ mod tests {
             },
             SetvalOfNewTag { tag: tag() },
             DrawAfterRemovedHere { tag: tag() },
+            DeclarationOutdated {
+                function: "segment_status()",
+                column: 21,
+            },
             BadSetvalValue { value: -1 },
             BadLayoutArgument {
                 problem: s("too many bits"),

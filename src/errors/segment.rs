@@ -158,6 +158,13 @@ pub(super) fn report(error: &IdgenError) -> Report {
                 quote_literal(tag)
             ),
         ),
+        DeclarationOutdated { function, column } => Report::new(
+            ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            format!(
+                "{function} of this database's pg_idgen declares column {column} with another type than the server's pg_idgen library returns there: the database's pg_idgen is older than the library"
+            ),
+            "Run ALTER EXTENSION pg_idgen UPDATE in this database.",
+        ),
         DrawAfterRemovedHere { tag } => Report::new(
             ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             format!(

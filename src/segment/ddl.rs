@@ -185,12 +185,42 @@ fn create(
 /// Refused while a column default or generated column calls
 /// `segment_nextval` with the tag (as `DROP SEQUENCE` refuses while a
 /// default uses the sequence), unless `force`.
-#[pg_extern(volatile, parallel_unsafe)]
-fn segment_drop(
-    tag: Option<&str>,
-    force: default!(Option<bool>, false),
+///
+/// Hand-written C-level glue, declared in `sql/bootstrap.sql` as
+/// `segment_drop(tag text, force boolean DEFAULT false)`: the same symbol
+/// serves 0.1.0's and 0.2.0's declaration, `segment_drop(tag text)`,
+/// which a database not yet updated still calls with one argument (pgrx's
+/// unboxing of a second failed it with XX000).
+#[unsafe(no_mangle)]
+pub extern "C" fn pg_finfo_segment_drop_wrapper() -> &'static pg_sys::Pg_finfo_record {
+    const V1_API: pg_sys::Pg_finfo_record = pg_sys::Pg_finfo_record { api_version: 1 };
+    &V1_API
+}
+
+/// `segment_drop(tag, force => false)`: see `drop_tag`.
+#[pg_guard]
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn segment_drop_wrapper(
     fcinfo: pg_sys::FunctionCallInfo,
-) {
+) -> pg_sys::Datum {
+    // SAFETY: the function manager passes a valid fcinfo of one of the
+    // two declarations, (text) or (text, boolean), each argument possibly
+    // NULL.
+    let (tag, force) = unsafe {
+        (
+            pgrx::fcinfo::pg_getarg::<&str>(fcinfo, 0),
+            if (*fcinfo).nargs >= 2 {
+                pgrx::fcinfo::pg_getarg::<bool>(fcinfo, 1)
+            } else {
+                Some(false)
+            },
+        )
+    };
+    drop_tag(tag, force, fcinfo);
+    pg_sys::Datum::from(0)
+}
+
+fn drop_tag(tag: Option<&str>, force: Option<bool>, fcinfo: pg_sys::FunctionCallInfo) {
     let registry = registry_or_raise();
     let tag = required(tag, "segment tag");
     let force = required(force, "force");

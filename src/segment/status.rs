@@ -5,13 +5,16 @@
 
 use super::registry::{registry_or_raise, WorkerKey, WORKER_RUNNING};
 use crate::catalog::database_name;
+use crate::errors::IdgenError;
 use pgrx::prelude::*;
 use std::sync::atomic::Ordering;
 
 // The row type must be spelled out for pgrx to derive the SQL columns.
 #[allow(clippy::type_complexity)]
 #[pg_extern(name = "segment_status", volatile)]
-fn segment_status_rows() -> TableIterator<
+fn segment_status_rows(
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> TableIterator<
     'static,
     (
         name!(database, String),
@@ -42,6 +45,7 @@ fn segment_status_rows() -> TableIterator<
         name!(block_size, i64),
     ),
 > {
+    check_declared_columns(fcinfo);
     let registry = registry_or_raise();
     let workers = registry.workers();
     let mut rows = Vec::new();
@@ -112,4 +116,66 @@ fn segment_status_rows() -> TableIterator<
         ));
     }
     TableIterator::new(rows)
+}
+
+/// The types of the row above, in its order.
+fn column_types() -> [pg_sys::Oid; 26] {
+    let (text, int8, float8) = (pg_sys::TEXTOID, pg_sys::INT8OID, pg_sys::FLOAT8OID);
+    [
+        text,                   // database
+        text,                   // tag
+        int8,                   // range_first
+        int8,                   // range_last
+        int8,                   // next_id
+        int8,                   // remaining_in_range
+        float8,                 // pct_used
+        int8,                   // ranges_ahead
+        int8,                   // ids_ahead
+        int8,                   // safe_distance
+        int8,                   // step
+        int8,                   // steps_per_refill
+        int8,                   // ids_per_refill
+        int8,                   // refills
+        int8,                   // cas_conflicts
+        int8,                   // refill_failures
+        int8,                   // waits
+        float8,                 // wait_ms
+        int8,                   // fallback_ids
+        int8,                   // ids_taken
+        int8,                   // ids_per_second
+        pg_sys::TIMESTAMPTZOID, // last_refill
+        float8,                 // last_refill_ms
+        text,                   // last_error
+        pg_sys::INT4OID,        // worker_pid
+        int8,                   // block_size
+    ]
+}
+
+/// Refuses a call through a declaration whose columns are not a prefix of
+/// this row type (0.1.0's: 0.2.0 put `ids_per_second` in the middle). The
+/// rows are built in the declared type (pgrx's `TableIterator`), so a
+/// column of another type would hold a value read as that type — a
+/// `float8` read as a pointer to text crashed the server. A declaration
+/// with fewer columns of the same types (0.2.0's, 0.3.0's) reads well.
+fn check_declared_columns(fcinfo: pg_sys::FunctionCallInfo) {
+    let mut declared: pg_sys::TupleDesc = std::ptr::null_mut();
+    // SAFETY: the function manager's fcinfo of this call; the descriptor
+    // it returns lives for the call.
+    let class =
+        unsafe { pg_sys::get_call_result_type(fcinfo, std::ptr::null_mut(), &mut declared) };
+    if class != pg_sys::TypeFuncClass::TYPEFUNC_COMPOSITE || declared.is_null() {
+        return;
+    }
+    // SAFETY: a valid descriptor, not ours to free.
+    let declared = unsafe { pgrx::PgTupleDesc::from_pg_unchecked(declared) };
+    let ours = column_types();
+    for (i, attribute) in (0..declared.len()).filter_map(|i| declared.get(i).map(|a| (i, a))) {
+        if ours.get(i) != Some(&attribute.atttypid) {
+            IdgenError::DeclarationOutdated {
+                function: "segment_status()",
+                column: i as i32 + 1,
+            }
+            .raise();
+        }
+    }
 }

@@ -127,6 +127,17 @@ def test_a_0_1_0_database_updates_in_place_and_repeats_nothing(make_cluster, lib
     assert running_library(c, db) == "current"
     assert extversion(c, db) == [("0.1.0",)]
     ids += draw_plain(c, db, "orders", 500)
+    # 0.1.0's segment_drop (one argument) works on this library: it failed
+    # with XX000 (found by an attack review).
+    c.sql("SELECT segment_create('short_lived')", dbname=db)
+    c.sql("SELECT segment_drop('short_lived')", dbname=db)
+    assert c.sql("SELECT count(*) FROM id_segment WHERE biz_tag = 'short_lived'", dbname=db) == [(0,)]
+    # 0.1.0's segment_status declares its columns in another order than
+    # this library fills them (a float8 where it declares text crashed the
+    # server, found by an attack review): refused until the update.
+    with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState) as refused:
+        c.sql("SELECT * FROM segment_status", dbname=db)
+    assert refused.value.diag.message_hint == "Run ALTER EXTENSION pg_idgen UPDATE in this database."
     # Snowflake IDs wait for the WAL-logged mark, which needs pg_idgen in
     # pg_idgen.snowflake_database (postgres): the error names the command.
     with pytest.raises(Exception) as refused:
@@ -137,6 +148,8 @@ def test_a_0_1_0_database_updates_in_place_and_repeats_nothing(make_cluster, lib
     flakes += draw_snowflakes(c, 200, dbname=db)
     c.sql("ALTER EXTENSION pg_idgen UPDATE TO '0.2.0'", dbname=db)
     assert extversion(c, db) == [("0.2.0",)]
+    # 0.2.0's columns are a prefix of this library's: it reads.
+    assert ("orders",) in c.sql("SELECT tag FROM segment_status", dbname=db)
     ids += draw_plain(c, db, "orders", 500)
     flakes += draw_snowflakes(c, 200, dbname=db)
     c.sql("ALTER EXTENSION pg_idgen UPDATE TO '0.3.0'", dbname=db)
