@@ -52,6 +52,20 @@ unsafe extern "C-unwind" fn object_access(
     if class_id != pg_sys::RelationRelationId || sub_id != 0 {
         return;
     }
+    // Only the extension's own tables: a table of another schema, or a
+    // temporary one, that has the name is none of pg_idgen's business
+    // (found by an attack review: any role with TEMP emptied every cached
+    // range of the database by dropping a temporary id_segment). The
+    // membership is still in pg_depend while the drop hook runs.
+    // SAFETY: catalog lookups by OID and by name, in a transaction.
+    let ours = unsafe {
+        let extension = pg_sys::get_extension_oid(c"pg_idgen".as_ptr(), true);
+        extension != pg_sys::InvalidOid
+            && pg_sys::getExtensionOfObject(pg_sys::RelationRelationId, object_id) == extension
+    };
+    if !ours {
+        return;
+    }
     // SAFETY: the relation still exists while its drop hook runs; a NULL
     // name means it does not, and then there is nothing to do.
     let name = unsafe { pg_sys::get_rel_name(object_id) };

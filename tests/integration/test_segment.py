@@ -548,6 +548,36 @@ def test_an_error_inside_a_utility_statement_reaches_the_client_as_raised(lc):
         assert raised.value.diag.statement_position == "19"
 
 
+def test_dropping_a_table_that_is_only_named_id_segment_frees_no_cached_range(lc):
+    """Found by an attack review: the drop hook knew pg_idgen's table by its
+    name, so any role with TEMP emptied every cached range of the database
+    (a gap and a refill wait on every tag) by dropping a temporary
+    id_segment, and a tag created after it in that transaction was refused.
+    Only the extension's own table counts; DROP EXTENSION still frees."""
+    db = lc.new_database()
+    lc.sql("SELECT segment_create('t', step => 10)", dbname=db)
+    lc.sql("CREATE ROLE temp_user LOGIN", dbname=db)
+    lc.sql(f"GRANT TEMP ON DATABASE {db} TO temp_user", dbname=db)
+    with lc.connect(db) as drawer, psycopg.connect(host=lc.dir, port=lc.port, user="temp_user", dbname=db,
+                                                   autocommit=True) as other:
+        assert draw(drawer, "t", 3) == [1, 2, 3]
+        other.execute("CREATE TEMP TABLE id_segment (x int)")
+        other.execute("DROP TABLE pg_temp.id_segment")
+        lc.sql("CREATE SCHEMA elsewhere; CREATE TABLE elsewhere.id_segment (x int); "
+               "DROP TABLE elsewhere.id_segment", dbname=db)
+        assert draw(drawer, "t", 2) == [4, 5], "the cached range is still there"
+        drawer.execute("BEGIN")
+        drawer.execute("CREATE TEMP TABLE id_segment (x int)")
+        drawer.execute("DROP TABLE pg_temp.id_segment")
+        drawer.execute("SELECT segment_create('new_here')")
+        assert draw(drawer, "new_here", 2) == [1, 2]
+        drawer.execute("COMMIT")
+    lc.sql("DROP EXTENSION pg_idgen", dbname=db)
+    lc.sql("CREATE EXTENSION pg_idgen", dbname=db)
+    (slots,), = lc.sql("SELECT count(*) FROM segment_status WHERE database = %s", (db,), dbname=db)
+    assert slots == 0, "DROP EXTENSION frees the database's slots"
+
+
 def test_segment_setval_moves_every_session_above_the_value_even_with_a_refill_in_flight(lc):
     """Session A draws (its tag's ranges are cached in shared memory); the
     worker is stopped between its CAS commit and publishing the next range
