@@ -70,28 +70,17 @@ unsafe extern "C-unwind" fn process_utility(
                 (*statement.cast::<pg_sys::DiscardStmt>()).target,
                 pg_sys::DiscardMode::DISCARD_ALL | pg_sys::DiscardMode::DISCARD_SEQUENCES
             );
-        match PREV_PROCESS_UTILITY_HOOK {
-            Some(prev) => prev(
-                pstmt,
-                query_string,
-                read_only_tree,
-                context,
-                params,
-                query_env,
-                dest,
-                qc,
-            ),
-            None => standard_process_utility(
-                pstmt,
-                query_string,
-                read_only_tree,
-                context,
-                params,
-                query_env,
-                dest,
-                qc,
-            ),
-        }
+        let run = PREV_PROCESS_UTILITY_HOOK.unwrap_or(standard_process_utility);
+        run(
+            pstmt,
+            query_string,
+            read_only_tree,
+            context,
+            params,
+            query_env,
+            dest,
+            qc,
+        );
         if discards_currval {
             forget_after_discard();
         }

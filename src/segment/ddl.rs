@@ -69,8 +69,7 @@ fn create_tag(
 /// The V1 information function of `segment_create_wrapper`.
 #[unsafe(no_mangle)]
 pub extern "C" fn pg_finfo_segment_create_wrapper() -> &'static pg_sys::Pg_finfo_record {
-    const V1_API: pg_sys::Pg_finfo_record = pg_sys::Pg_finfo_record { api_version: 1 };
-    &V1_API
+    &super::sql::V1_API
 }
 
 /// `segment_create(tag, start, step)` as 0.1.0 – 0.3.0 declared it (C
@@ -193,8 +192,7 @@ fn create(
 /// unboxing of a second failed it with XX000).
 #[unsafe(no_mangle)]
 pub extern "C" fn pg_finfo_segment_drop_wrapper() -> &'static pg_sys::Pg_finfo_record {
-    const V1_API: pg_sys::Pg_finfo_record = pg_sys::Pg_finfo_record { api_version: 1 };
-    &V1_API
+    &super::sql::V1_API
 }
 
 /// `segment_drop(tag, force => false)`: see `drop_tag`.

@@ -923,10 +923,13 @@ unsafe fn text_bytes<'a>(datum: pg_sys::Datum) -> &'a [u8] {
     std::slice::from_raw_parts(pgrx::varlena::vardata_any(varlena) as *const u8, len)
 }
 
+/// What every hand-written C-level function's information function
+/// returns: PostgreSQL's version-1 calling convention.
+pub const V1_API: pg_sys::Pg_finfo_record = pg_sys::Pg_finfo_record { api_version: 1 };
+
 #[unsafe(no_mangle)]
 #[doc(hidden)]
 pub extern "C" fn pg_finfo_segment_nextval_fast() -> &'static pg_sys::Pg_finfo_record {
-    const V1_API: pg_sys::Pg_finfo_record = pg_sys::Pg_finfo_record { api_version: 1 };
     &V1_API
 }
 
