@@ -2,8 +2,9 @@
 //! hook's installation and chaining, and reads what was dropped once; the
 //! rooms that care act on it:
 //!
-//! * `segment::lifecycle` frees a database's cached ranges when its
-//!   `id_segment` or the database itself goes;
+//! * `segment::lifecycle` frees a database's cached ranges when pg_idgen
+//!   (`DROP EXTENSION`, with `id_segment` under whatever name it has by
+//!   then) or the database itself goes;
 //! * `snowflake::guard` warns when `snowflake_high_water` goes in
 //!   `pg_idgen.snowflake_database`.
 //!
@@ -49,20 +50,31 @@ unsafe extern "C-unwind" fn object_access(
         segment::lifecycle::database_dropped(object_id.to_u32());
         return;
     }
-    if class_id != pg_sys::RelationRelationId || sub_id != 0 {
+    let relation = class_id == pg_sys::RelationRelationId && sub_id == 0;
+    if !relation && class_id != pg_sys::ExtensionRelationId {
+        return;
+    }
+    // SAFETY: a catalog lookup by name, in a transaction.
+    let extension = unsafe { pg_sys::get_extension_oid(c"pg_idgen".as_ptr(), true) };
+    if extension == pg_sys::InvalidOid {
+        return;
+    }
+    // pg_idgen itself, known by its OID: a member table renamed or moved
+    // before the drop goes with it all the same (found by an attack
+    // review, when the hook still knew id_segment by its name).
+    if class_id == pg_sys::ExtensionRelationId && object_id == extension {
+        segment::lifecycle::extension_dropped();
+        return;
+    }
+    if !relation {
         return;
     }
     // Only the extension's own tables: a table of another schema, or a
-    // temporary one, that has the name is none of pg_idgen's business
-    // (found by an attack review: any role with TEMP emptied every cached
-    // range of the database by dropping a temporary id_segment). The
+    // temporary one, that has the name is none of pg_idgen's business. The
     // membership is still in pg_depend while the drop hook runs.
-    // SAFETY: catalog lookups by OID and by name, in a transaction.
-    let ours = unsafe {
-        let extension = pg_sys::get_extension_oid(c"pg_idgen".as_ptr(), true);
-        extension != pg_sys::InvalidOid
-            && pg_sys::getExtensionOfObject(pg_sys::RelationRelationId, object_id) == extension
-    };
+    // SAFETY: a catalog lookup by OID, in a transaction.
+    let ours =
+        unsafe { pg_sys::getExtensionOfObject(pg_sys::RelationRelationId, object_id) == extension };
     if !ours {
         return;
     }
@@ -74,6 +86,5 @@ unsafe extern "C-unwind" fn object_access(
     }
     // SAFETY: a palloc'd NUL-terminated name, alive for this call.
     let name = unsafe { CStr::from_ptr(name) };
-    segment::lifecycle::relation_dropped(name);
     snowflake::guard::relation_dropped(name);
 }

@@ -168,9 +168,9 @@ pub(super) fn report(error: &IdgenError) -> Report {
         DrawAfterRemovedHere { tag } => Report::new(
             ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             format!(
-                "segment tag \"{tag}\" was created again by this transaction after it dropped or renamed the committed tag of that name (or deleted its row): if the transaction rolled back, that tag would come back and hand out the IDs drawn here again"
+                "segment tag \"{tag}\" was created again by this transaction after it dropped, renamed or detached the committed tag of that name (or deleted its row, or moved its table away): if the transaction rolled back, that tag would come back and hand out the IDs drawn here again"
             ),
-            "Commit the segment_drop(), segment_rename(), DELETE, TRUNCATE or DROP EXTENSION in a transaction of its own, then create the tag and draw from it.",
+            "Commit the segment_drop(), segment_rename(), DELETE, TRUNCATE, ALTER TABLE or DROP EXTENSION in a transaction of its own, then create the tag and draw from it.",
         ),
         SetvalOfNewTag { tag } => Report::new(
             ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,

@@ -14,12 +14,15 @@
 //!   inside its children (their subtransaction IDs are larger), and undoes
 //!   the drops made there — but never `high_water`;
 //! * a tag created after the transaction removed a committed tag of the
-//!   same name (`segment_drop`, `segment_rename` away, a plain `DELETE`
-//!   or `TRUNCATE`: `tag::committed_row_removed_here` reads it from the
-//!   table; or its whole table, `DROP EXTENSION`: `table_dropped`, from
-//!   the drop hook)
-//!   hands out no ID: a rollback would bring that tag back, below the IDs
-//!   handed out here, and no write survives the rollback to raise it;
+//!   same name hands out no ID: a rollback would bring that tag back,
+//!   below the IDs handed out here, and no write survives the rollback to
+//!   raise it. Removed means `segment_drop`, `segment_rename` away, a
+//!   plain `DELETE` or `TRUNCATE`, of `id_segment` or of
+//!   `id_segment_remote` (an attached tag detached):
+//!   `tag::committed_row_removed_here` reads it from the table; or the
+//!   whole table: `DROP EXTENSION` (`table_dropped`, from the drop hook),
+//!   or the committed `id_segment` renamed or moved away and another
+//!   table given its name (`tag::committed_table_replaced`);
 //! * a rename carries the old name's `high_water` over to the new name
 //!   (its row is the old one, moved), never lowering it;
 //! * just before the transaction commits or is prepared
@@ -103,8 +106,11 @@ fn with_state<R>(tag: &[u8], table_oid: u32, body: impl FnOnce(&mut TagState) ->
 /// with `max_id = start - 1`.
 pub fn created(tag: &[u8], table_oid: u32, start: i64) {
     let (_, subtransaction) = transaction_ids();
+    let remote_oid = super::tag::remote_table_oid(table_oid);
     let over_removed = TABLE_DROPPED_IN.with(|dropped| dropped.get().is_some())
-        || super::tag::committed_row_removed_here(table_oid, tag);
+        || super::tag::committed_row_removed_here(table_oid, tag)
+        || (remote_oid != 0 && super::tag::committed_row_removed_here(remote_oid, tag))
+        || super::tag::committed_table_replaced(table_oid);
     with_state(tag, table_oid, |state| {
         state.creations.push(Creation {
             subtransaction,

@@ -1,7 +1,7 @@
 //! What DDL does to cached ranges: on a drop (`drop_hook.rs`) it frees the
-//! slots of a database when its `id_segment` table is dropped (`DROP
-//! EXTENSION pg_idgen`, directly or by cascade) or when the database itself
-//! is dropped.
+//! slots of a database when pg_idgen is dropped from it (`DROP EXTENSION
+//! pg_idgen`, directly or by cascade: `id_segment`, whatever its name by
+//! then, goes with it) or when the database itself is dropped.
 //!
 //! Freeing a slot bumps its generation before its chain is discarded
 //! (`registry.rs`), so a statement that began before the drop — an open
@@ -18,7 +18,6 @@
 
 use super::registry::registry;
 use pgrx::pg_sys;
-use std::ffi::CStr;
 
 /// A database was dropped (`drop_hook.rs`): its slots go at once.
 pub fn database_dropped(database: u32) {
@@ -27,12 +26,9 @@ pub fn database_dropped(database: u32) {
     }
 }
 
-/// A relation of the current database was dropped (`drop_hook.rs`): if it
-/// is `id_segment`, the database's slots go.
-pub fn relation_dropped(name: &CStr) {
-    if name != c"id_segment" {
-        return;
-    }
+/// pg_idgen was dropped from the current database (`drop_hook.rs`), and
+/// with it `id_segment`: the database's slots go.
+pub fn extension_dropped() {
     super::created_here::table_dropped();
     if let Some(registry) = registry() {
         // SAFETY: MyDatabaseId is set in every connected backend.

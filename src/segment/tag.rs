@@ -251,6 +251,64 @@ pub fn committed_row_removed_here(table_oid: u32, tag: &[u8]) -> bool {
     .unwrap_or(false)
 }
 
+/// Whether, before the calling transaction, the schema of table
+/// `table_oid` held a committed `id_segment` that is another table: the
+/// transaction moved it away (`ALTER TABLE ... RENAME`, `SET SCHEMA`, or
+/// `DROP EXTENSION`) and `table_oid` took its name. A rollback would bring
+/// that table back, with every committed tag in it.
+pub fn committed_table_replaced(table_oid: u32) -> bool {
+    // SAFETY: inside a transaction. The snapshot is a registered copy of
+    // the latest one, private to this function, so setting its command ID
+    // touches nobody else's; it is unregistered below, and pg_class is
+    // closed after its scan ends. An ERROR in between is cleaned up by the
+    // transaction's abort.
+    unsafe {
+        let namespace = pg_sys::get_rel_namespace(pg_sys::Oid::from(table_oid));
+        if namespace == pg_sys::InvalidOid {
+            return false;
+        }
+        // Command 0 of this transaction: none of its own changes are seen
+        // yet (rows it made are invisible, rows it deleted still there);
+        // what other transactions committed is seen as of now.
+        let before_us = pg_sys::RegisterSnapshot(pg_sys::GetLatestSnapshot());
+        (*before_us).curcid = pg_sys::FirstCommandId;
+        let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
+        let pg_class = pg_sys::table_open(pg_sys::RelationRelationId, lock);
+        let mut keys: [pg_sys::ScanKeyData; 2] = std::mem::zeroed();
+        pg_sys::ScanKeyInit(
+            &mut keys[0],
+            pg_sys::Anum_pg_class_relname as pg_sys::AttrNumber,
+            pg_sys::BTEqualStrategyNumber as pg_sys::StrategyNumber,
+            pg_sys::Oid::from(pg_sys::F_NAMEEQ),
+            pg_sys::Datum::from(c"id_segment".as_ptr()),
+        );
+        pg_sys::ScanKeyInit(
+            &mut keys[1],
+            pg_sys::Anum_pg_class_relnamespace as pg_sys::AttrNumber,
+            pg_sys::BTEqualStrategyNumber as pg_sys::StrategyNumber,
+            pg_sys::Oid::from(pg_sys::F_OIDEQ),
+            pg_sys::Datum::from(namespace),
+        );
+        let scan = pg_sys::systable_beginscan(
+            pg_class,
+            pg_sys::Oid::from(pg_sys::ClassNameNspIndexId),
+            true,
+            before_us,
+            2,
+            keys.as_mut_ptr(),
+        );
+        let mut replaced = false;
+        while let Some(tuple) = pg_sys::systable_getnext(scan).as_mut() {
+            let class = &*pg_sys::heap_tuple_get_struct::<pg_sys::FormData_pg_class>(tuple);
+            replaced |= class.oid.to_u32() != table_oid;
+        }
+        pg_sys::systable_endscan(scan);
+        pg_sys::table_close(pg_class, lock);
+        pg_sys::UnregisterSnapshot(before_us);
+        replaced
+    }
+}
+
 /// Whether table `table_oid`, which the calling transaction did not
 /// create, got new storage in it (in a subtransaction still alive):
 /// `TRUNCATE`, or a rewrite.

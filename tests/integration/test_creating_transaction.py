@@ -302,9 +302,9 @@ def test_a_tag_created_again_in_the_transaction_that_removed_it_hands_out_nothin
         conn.execute(f"SELECT segment_create('a', start => {top + 1}, step => 10)")
         with pytest.raises(errors.ObjectNotInPrerequisiteState) as refused:
             conn.execute(form).fetchall()
-        assert "dropped or renamed" in refused.value.diag.message_primary
+        assert "dropped, renamed or detached" in refused.value.diag.message_primary
         hint = refused.value.diag.message_hint
-        assert "Commit the segment_drop(), segment_rename(), DELETE, TRUNCATE or DROP EXTENSION in a transaction of its own" in hint
+        assert "Commit the segment_drop(), segment_rename(), DELETE, TRUNCATE, ALTER TABLE or DROP EXTENSION in a transaction of its own" in hint
         conn.execute("ROLLBACK")
         # Removed in a savepoint rolled back: the tag is back and draws as before.
         conn.execute("BEGIN")
@@ -402,6 +402,44 @@ def test_a_tag_created_after_drop_extension_in_the_same_transaction_hands_out_no
         conn.execute("SELECT segment_create('n')")
         assert draw(conn, "n", 2) == [1, 2]
         conn.execute("COMMIT")
+    assert_unique(before + after)
+    assert min(after) > max(before)
+
+
+@pytest.mark.parametrize("replace", [
+    ["ALTER TABLE id_segment RENAME TO id_segment_old",
+     "CREATE TABLE id_segment (LIKE id_segment_old INCLUDING ALL)"],
+    ["CREATE SCHEMA aside", "ALTER TABLE id_segment SET SCHEMA aside",
+     "CREATE TABLE id_segment (LIKE aside.id_segment INCLUDING ALL)"],
+    ["ALTER TABLE id_segment RENAME TO id_segment_old", "DROP EXTENSION pg_idgen",
+     "CREATE SCHEMA elsewhere", "CREATE EXTENSION pg_idgen SCHEMA elsewhere",
+     "SET LOCAL search_path = elsewhere, public"],
+], ids=["renamed", "set schema", "renamed then drop extension"])
+def test_a_tag_created_after_id_segment_left_its_name_hands_out_nothing(make_cluster, replace):
+    """Found by an attack review: the committed id_segment renamed or moved
+    to another schema (before a DROP EXTENSION, say), another table given
+    its place, then a tag created above the old one's IDs, drawn, and
+    ROLLBACK: the old table came back below the IDs drawn and handed them
+    out again. The draw is refused; rolled back, the old tag goes on above
+    every ID it gave."""
+    c = make_cluster()
+    c.start()
+    db = c.new_database()
+    c.sql("SELECT segment_create('a', step => 10)", dbname=db)
+    with session(c, db) as other:
+        before = draw(other, "a", 5)
+    top = row_range(c, db, "a")[0]
+    with session(c, db) as conn:
+        conn.execute("BEGIN")
+        for statement in replace:
+            conn.execute(statement)
+        conn.execute(f"SELECT segment_create('a', start => {top + 1}, step => 10)")
+        with pytest.raises(errors.ObjectNotInPrerequisiteState) as refused:
+            draw(conn, "a", 1)
+        assert "moved its table away" in refused.value.diag.message_primary
+        assert "ALTER TABLE or DROP EXTENSION in a transaction of its own" in refused.value.diag.message_hint
+        conn.execute("ROLLBACK")
+        after = draw(conn, "a", 3)
     assert_unique(before + after)
     assert min(after) > max(before)
 

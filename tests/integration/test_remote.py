@@ -17,7 +17,7 @@ import pytest
 from adversary import REACH_TIMEOUT, Failpoint, paused
 from helpers import (PINNED, SHARDING_EXAMPLES, archived, assert_increasing, assert_unique, draw, draw_plain,
                      free_ports, hand_made_central_table, in_thread, joined, promote, psql_file, replayed,
-                     row_locked, wait_for)
+                     row_locked, session, wait_for)
 from proxy import LinkProxy
 
 # Shards keep a bounded cache, so that a test can run it dry.
@@ -1198,6 +1198,32 @@ def test_a_tag_dropped_and_attached_again_keeps_its_mark(make_cluster):
     assert shard.sql("SELECT count(*) FROM id_segment_detached", dbname=db) == [(0,)]
     drawn += draw_plain(shard, db, "orders", 2_000)
     assert_unique(drawn)
+
+
+@pytest.mark.parametrize("detach", ["SELECT segment_drop('orders')",
+                                    "DELETE FROM id_segment_remote WHERE biz_tag = 'orders'"],
+                         ids=["segment_drop", "delete"])
+def test_a_tag_created_in_the_transaction_that_detached_it_hands_out_nothing(make_cluster, detach):
+    """Found by an attack review: BEGIN; detach an attached tag; create it
+    locally above the central max_id; draw; ROLLBACK brought the attachment
+    back, and the central row, below the IDs drawn, handed them out again.
+    The draw is refused (55000); rolled back, the tag goes on from the
+    central server above every ID it gave."""
+    central, central_db, [(shard, db)] = central_and_shards(make_cluster, shards=1)
+    before = draw_plain(shard, db, "orders", 50)
+    top = central_max_id(central, central_db)
+    with session(shard, db) as conn:
+        conn.execute("BEGIN")
+        conn.execute(detach)
+        conn.execute(f"SELECT segment_create('orders', start => {top + 1})")
+        with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState) as refused:
+            conn.execute("SELECT segment_nextval('orders')")
+        assert "detached" in refused.value.diag.message_primary
+        conn.execute("ROLLBACK")
+    after = draw_plain(shard, db, "orders", 50)
+    assert_unique(before + after)
+    assert min(after) > max(before)
+    assert shard.sql("SELECT count(*) FROM id_segment WHERE biz_tag = 'orders'", dbname=db) == [(0,)]
 
 
 @pytest.mark.parametrize("where", ["local", "central"])
