@@ -2,8 +2,10 @@
 of snowflake_nextval(), of segment_nextval() one ID per call and a batch
 of N in one call, and of segment_reserve(), in release BEFORE (built from
 this repository's history with the release profile) and in this tree, on
-two throwaway clusters of the same PostgreSQL, rounds interleaved in a
-shuffled order, both servers started again several times (MODES).
+throwaway clusters of the same PostgreSQL, rounds interleaved in a
+shuffled order, every server started again several times (MODES). A
+second server of this tree, timed in the same rounds, gives the noise: the
+ratio two copies of one library make.
 
   python tests/bench/release_delta.py [--quick] [--out DIR]
 
@@ -38,6 +40,10 @@ from cluster import Cluster
 from releases import RELEASES, build_release, pg_config_value
 
 BEFORE = "0.3.0"
+# A second server of this tree, on a copy of its own, timed in the same
+# rounds: the ratio of the two copies of one library is what the
+# comparison's noise alone makes of a ratio (memory layouts, the machine).
+AGAIN = "this tree, second copy"
 # rounds = starts × rounds per start: both servers are started again before
 # each start's rounds, so that each side's figure pools several memory
 # layouts (of the server and of its backend) rather than the one draw of
@@ -159,9 +165,11 @@ def main():
     try:
         before_config = copy_of_postgres(work, "before")
         after_config = copy_of_postgres(work, "after")
+        again_config = copy_of_postgres(work, "again")
         progress(f"building {BEFORE} (commit {RELEASES[BEFORE]}) with the release profile")
         install_release(before_config, work)
-        sides = {BEFORE: (before_config, f"VERSION '{BEFORE}'"), "this tree": (after_config, "")}
+        sides = {BEFORE: (before_config, f"VERSION '{BEFORE}'"), "this tree": (after_config, ""),
+                 AGAIN: (again_config, "")}
         for side, (pg_config, version) in sides.items():
             cluster = Cluster(conf=CONF, name="pg_idgen-release-delta.", pg_bin=os.path.dirname(pg_config))
             clusters[side] = cluster
@@ -210,7 +218,8 @@ def main():
                     waits[side][key] = waits[side].get(key, 0) + value
                 conn.close()
         progress("counting instructions per call under callgrind")
-        instructions = {side: counted(cluster, work, mode) for side, cluster in clusters.items()}
+        instructions = {side: counted(cluster, work, mode) for side, cluster in clusters.items()
+                        if side != AGAIN}
         results = {"instructions": instructions, "counted_calls": COUNTED_CALLS[mode], "waits": waits, "command": bench_command(args.quick, "release_delta.py"), "mode": mode, "n": n,
                    "rounds": settings["rounds"] * settings["starts"],
                    "starts": settings["starts"], "per_start_ns": per_start, "before": BEFORE, "commit_before": RELEASES[BEFORE],
@@ -233,19 +242,28 @@ def markdown(results, mode):
     lines = [header(results["machine"], results["command"], mode),
              "",
              f"**This tree against {before}** (`tests/bench/release_delta.py`, commit {results['commit_before']}, "
-             f"built with the release profile; two copies of the same PostgreSQL): marginal cost (per ID, or per call where it says so), "
+             f"built with the release profile; a copy of the same PostgreSQL for each server): marginal cost (per ID, or per call where it says so), "
              f"N = {results['n']:,}, backend CPU time, median of {results['rounds']} interleaved rounds "
-             f"in {results['starts']} starts of both servers, and in brackets the range of the "
+             f"in {results['starts']} starts of every server, and in brackets the range of the "
              f"{results['starts']} starts' medians (each start draws the memory layout of the server and "
              f"its backend anew).",
              "",
-             f"| over the bare query | {before} | this tree | this tree / {before} |",
-             "|---|---:|---:|---:|"]
+             f"The last column is the noise: a second server of this tree, on a copy of its own, timed in "
+             f"the same rounds, against the first. A ratio to {before} inside the band the two copies of "
+             f"one library make is within this comparison's noise.",
+             "",
+             f"| over the bare query | {before} | this tree | this tree / {before} | second copy / this tree |",
+             "|---|---:|---:|---:|---:|"]
+    starts = results["per_start_ns"]
     for label, old, new in sides(results, "marginal_ns", FUNCTIONS):
         ratio = statistics.median(new) / statistics.median(old)
-        starts = results["per_start_ns"]
+        noise = ""
+        if AGAIN in results["marginal_ns"]:
+            noise = f"{statistics.median(results['marginal_ns'][AGAIN][label]) / statistics.median(new):.2f}"
+        higher = sum(n > o for o, n in zip(starts[before][label], starts["this tree"][label]))
         lines.append(f"| `{label}` | {statistics.median(old):.1f} ns ({spread(starts[before][label])}) | "
-                     f"{statistics.median(new):.1f} ns ({spread(starts['this tree'][label])}) | {ratio:.2f} |")
+                     f"{statistics.median(new):.1f} ns ({spread(starts['this tree'][label])}) | {ratio:.2f} "
+                     f"(higher in {higher} of {len(starts[before][label])} starts) | {noise} |")
     short, long = results["counted_calls"]
     lines += ["", f"Instructions per call, counted by callgrind (`valgrind --tool=callgrind`, inside the "
                   f"function's entry point; a session of {long:,} calls less one of {short:,}): the same at "
