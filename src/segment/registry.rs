@@ -339,9 +339,16 @@ impl Registry {
 
     #[inline]
     pub fn slot(&self, index: usize) -> &Slot {
-        assert!(index < self.max_tags);
+        self.slot_checked(index)
+            .expect("a slot index below pg_idgen.max_tags")
+    }
+
+    /// `slot`, or `None` past the last slot: for a caller that must not
+    /// panic (`segment_nextval`'s unguarded common call).
+    #[inline]
+    pub fn slot_checked(&self, index: usize) -> Option<&Slot> {
         // SAFETY: `slots` holds `max_tags` initialised slots.
-        unsafe { &*self.slots.add(index) }
+        (index < self.max_tags).then(|| unsafe { &*self.slots.add(index) })
     }
 
     pub fn slots(&self) -> impl Iterator<Item = (usize, &Slot)> {

@@ -32,7 +32,7 @@ use super::created_here;
 use super::default_check::raise_unknown_tag;
 use super::distributor;
 use super::policy::RefillProblem;
-use super::registry::{registry_or_raise, Lookup, Registry, Slot, WorkerKey};
+use super::registry::{registry, registry_or_raise, Lookup, Registry, Slot, WorkerKey};
 use super::slot_share;
 use super::tag::{check_tag, checked_row_state, current_table_oid, RowState};
 use super::worker;
@@ -101,7 +101,7 @@ thread_local! {
 }
 
 /// Records `id` as the last this backend got from slot `index`.
-#[inline]
+#[inline(always)]
 fn note_last(registry: &Registry, index: usize, generation: u64, id: i64) {
     let last = LAST_IDS.get_or_init(|| {
         (0..registry.max_tags())
@@ -935,12 +935,89 @@ pub extern "C" fn pg_finfo_segment_nextval_fast() -> &'static pg_sys::Pg_finfo_r
 
 /// `segment_nextval(tag text) → bigint`, declared in `sql/bootstrap.sql`.
 ///
+/// Not `#[pg_guard]`: the common call — a constant tag, its slot known to
+/// the call site, a backend drawing it alone — is served by `take_alone`,
+/// which can neither raise an ERROR nor panic, in a frame with nothing to
+/// drop, so it needs no boundary between Rust and PostgreSQL (pgrx's
+/// "plain old frames"). Every other call, and every ERROR, goes through
+/// the guarded `segment_nextval_guarded`; so does the wake of the worker
+/// that a take crossing the prefetch mark asks for.
+///
 /// # Safety
 /// Called by the function manager with a valid `fcinfo` for a function of
 /// one `text` argument.
-#[pg_guard]
 #[unsafe(no_mangle)]
 pub unsafe extern "C-unwind" fn segment_nextval_fast(
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> pg_sys::Datum {
+    // SAFETY: the caller's promise.
+    match unsafe { take_alone(fcinfo) } {
+        Some((id, None)) => pg_sys::Datum::from(id),
+        Some((id, Some(index))) => {
+            wake_worker_guarded(index);
+            pg_sys::Datum::from(id)
+        }
+        // SAFETY: the caller's promise; this frame holds nothing to drop
+        // if the guarded call raises an ERROR through it.
+        None => unsafe { segment_nextval_guarded(fcinfo) },
+    }
+}
+
+/// The next ID for a call whose tag is a constant with its slot known to
+/// the call site, while this backend draws the tag alone (its block takes
+/// single IDs): the ID, and the slot index if the take crossed the
+/// prefetch mark (the worker is to be woken). `None` for anything else —
+/// and then nothing was changed but a ticket spent on an empty chain,
+/// which the guarded path spends again. Raises nothing, panics nowhere.
+///
+/// # Safety
+/// As `segment_nextval_fast`.
+#[inline(always)]
+unsafe fn take_alone(fcinfo: pg_sys::FunctionCallInfo) -> Option<(i64, Option<usize>)> {
+    let registry = registry()?;
+    // SAFETY: a plain read of a backend-local global.
+    if unsafe { pg_sys::XactReadOnly } {
+        return None;
+    }
+    // SAFETY: the function manager passes a valid fcinfo with one argument
+    // and a valid flinfo; fn_extra is ours (NULL or a CallSite we put there).
+    let (arg, site) = unsafe {
+        let call = &*fcinfo;
+        let site = (*call.flinfo).fn_extra as *const CallSite;
+        (call.args.as_slice(1)[0], site.as_ref()?)
+    };
+    if arg.isnull || !site.has_slot || !site.arg_is_const {
+        return None;
+    }
+    let (index, generation) = (site.index, site.generation);
+    // SAFETY: no other block reference is alive in this call; this one
+    // ends with the function.
+    let block = unsafe { block_of(index) };
+    if !block.takes_single(index, generation) || crate::failpoints::forced_block_size().is_some() {
+        return None;
+    }
+    let taken = registry.slot_checked(index)?.take_for(generation)?;
+    block.took_single(taken.id);
+    note_take(index);
+    note_last(registry, index, generation, taken.id);
+    Some((taken.id, taken.hit_mark.then_some(index)))
+}
+
+/// `wake_worker` behind pgrx's guard, for the unguarded common call.
+#[cold]
+#[inline(never)]
+#[pg_guard]
+extern "C-unwind" fn wake_worker_guarded(index: usize) {
+    wake_worker(registry_or_raise(), index);
+}
+
+/// `segment_nextval(tag)` for every call `take_alone` does not serve.
+///
+/// # Safety
+/// As `segment_nextval_fast`.
+#[inline(never)]
+#[pg_guard]
+unsafe extern "C-unwind" fn segment_nextval_guarded(
     fcinfo: pg_sys::FunctionCallInfo,
 ) -> pg_sys::Datum {
     let registry = registry_or_raise();

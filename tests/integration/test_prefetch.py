@@ -1,12 +1,12 @@
 """Adaptive prefetch against a real server: a jump from a trickle to full
 speed stops causing waits within a second, the cached amount shrinks back
-when demand falls, table updates per million IDs fall as the rate rises,
-and a waiting backend shows a wait event."""
+when demand falls, and table updates per million IDs fall as the rate
+rises. (A waiting backend's wait event: test_segment.py, on every version.)"""
 
 import threading
 import time
 
-from helpers import row_locked, wait_for
+from helpers import wait_for
 
 
 def status(cluster, db, tag, *columns):
@@ -93,28 +93,3 @@ def test_table_updates_per_million_ids_fall_as_the_rate_rises(cluster, db):
     assert fast_ids > 20 * slow_ids, "the fast load was not faster"
     assert fast_per_million * 10 < slow_per_million, \
         f"{fast_per_million:.1f} updates per million IDs when fast vs {slow_per_million:.1f} when slow"
-
-
-def test_a_backend_waiting_for_a_refill_shows_a_wait_event(cluster, db):
-    cluster.sql("SELECT segment_create('held', step => 100)", dbname=db)
-    result = {}
-    with cluster.connect(db) as waiter:
-        pid = waiter.info.backend_pid
-
-        def wait():
-            try:
-                waiter.execute("SET pg_idgen.refill_timeout = '20s'")
-                result["id"] = waiter.execute("SELECT segment_nextval('held')").fetchone()[0]
-            except Exception as e:  # noqa: BLE001 - reported below
-                result["error"] = e
-
-        with row_locked(cluster, db, "held"):
-            t = threading.Thread(target=wait)
-            t.start()
-            seen = wait_for(lambda: cluster.sql(
-                "SELECT wait_event_type, wait_event FROM pg_stat_activity WHERE pid = %s", (pid,))
-                == [("Extension", "Extension")], timeout=5)
-            assert seen, "the waiting backend shows no Extension wait event"
-        # The row is free again: the waiting call gets its ID.
-        t.join()
-    assert result.get("id") == 1, result
