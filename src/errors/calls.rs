@@ -64,7 +64,7 @@ pub(super) fn report(error: &IdgenError) -> Report {
         DuringRecovery { function } => Report::new(
             ERRCODE_READ_ONLY_SQL_TRANSACTION,
             format!("cannot execute {function} during recovery"),
-            "IDs can only be handed out on the primary server; connect to it instead.",
+            "IDs are handed out, and tags changed, on the primary server only; connect to it instead.",
         ),
         other => misrouted(other),
     }

@@ -55,6 +55,7 @@ fn segment_adopt_column(
     fcinfo: pg_sys::FunctionCallInfo,
 ) -> String {
     registry_or_raise();
+    super::sql::check_writable("segment_adopt()");
     let relid = required(tbl, "table");
     let col = required(col, "column");
     let step = required(step, "step");

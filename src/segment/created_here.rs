@@ -21,8 +21,11 @@
 //!   `id_segment_remote` (an attached tag detached):
 //!   `tag::committed_row_removed_here` reads it from the table; or the
 //!   whole table: `DROP EXTENSION` (`table_dropped`, from the drop hook),
-//!   or the committed `id_segment` renamed or moved away and another
-//!   table given its name (`tag::committed_table_replaced`);
+//!   or the committed `id_segment` or `id_segment_remote` renamed or
+//!   moved away, or the tag created in an `id_segment` made by this
+//!   transaction while pg_idgen is older (`tag::tables_replaced_here`);
+//! * the state is of a tag name in one `id_segment`: a call through
+//!   functions beside another table is not served from it;
 //! * a rename carries the old name's `high_water` over to the new name
 //!   (its row is the old one, moved), never lowering it;
 //! * just before the transaction commits or is prepared
@@ -110,7 +113,7 @@ pub fn created(tag: &[u8], table_oid: u32, start: i64) {
     let over_removed = TABLE_DROPPED_IN.with(|dropped| dropped.get().is_some())
         || super::tag::committed_row_removed_here(table_oid, tag)
         || (remote_oid != 0 && super::tag::committed_row_removed_here(remote_oid, tag))
-        || super::tag::committed_table_replaced(table_oid);
+        || super::tag::tables_replaced_here(table_oid);
     with_state(tag, table_oid, |state| {
         state.creations.push(Creation {
             subtransaction,
@@ -164,30 +167,36 @@ pub fn renamed(old: &[u8], new: &[u8], table_oid: u32) {
     }
 }
 
-/// Whether the current transaction created `tag` and has not dropped it
-/// (or rolled either back).
-pub fn is_created_here(tag: &[u8]) -> bool {
+/// Whether the current transaction created `tag` in table `table_oid` and
+/// has not dropped it (or rolled either back). A tag of the name it
+/// created in another `id_segment` (its functions moved to another
+/// schema meanwhile, say) is not this table's: found by an attack review,
+/// that one's IDs were handed out under this table's tag.
+pub fn is_created_here(tag: &[u8], table_oid: u32) -> bool {
     let (transaction, _) = transaction_ids();
     transaction != pg_sys::InvalidTransactionId
         && TAGS.with(|tags| {
-            tags.borrow()
-                .get(tag)
-                .is_some_and(|s| s.transaction == transaction && s.live().is_some())
+            tags.borrow().get(tag).is_some_and(|s| {
+                s.transaction == transaction && s.table_oid == table_oid && s.live().is_some()
+            })
         })
 }
 
-/// The next ID of a tag this transaction created, or `None` if it did not.
-pub fn next_id(tag: &[u8]) -> Option<i64> {
-    next_ids(tag, 1).map(|(first, _)| first)
+/// The next ID of a tag this transaction created in table `table_oid`, or
+/// `None` if it did not.
+pub fn next_id(tag: &[u8], table_oid: u32) -> Option<i64> {
+    next_ids(tag, table_oid, 1).map(|(first, _)| first)
 }
 
-/// The next `n` IDs (`n >= 1`) of a tag this transaction created, as
-/// `(first, last)`, or `None` if it did not create it.
-pub fn next_ids(tag: &[u8], n: i64) -> Option<(i64, i64)> {
+/// The next `n` IDs (`n >= 1`) of a tag this transaction created in table
+/// `table_oid`, as `(first, last)`, or `None` if it did not create it.
+pub fn next_ids(tag: &[u8], table_oid: u32, n: i64) -> Option<(i64, i64)> {
     let (transaction, _) = transaction_ids();
     let (first, last, table_oid) = TAGS.with(|tags| {
         let mut tags = tags.borrow_mut();
-        let state = tags.get_mut(tag).filter(|s| s.transaction == transaction)?;
+        let state = tags
+            .get_mut(tag)
+            .filter(|s| s.transaction == transaction && s.table_oid == table_oid)?;
         let live = state.live()?;
         let start = live.start;
         if live.over_removed {

@@ -38,7 +38,7 @@ use super::distributor::{
 };
 use super::fence::refusal;
 use super::registry::registry_or_raise;
-use super::sql::give_up_slot;
+use super::sql::{check_writable, give_up_slot};
 use super::tag::{self, check_tag, current_table_oid, table_name};
 use crate::catalog::{as_owner, quote_identifier, quote_literal, table_schema};
 use crate::errors::{required, IdgenError};
@@ -103,6 +103,7 @@ fn create(
     fcinfo: pg_sys::FunctionCallInfo,
 ) {
     registry_or_raise();
+    check_writable("segment_create()");
     let tag = required(tag, "segment tag");
     let start = required(start, "start");
     let step = required(step, "step");
@@ -220,6 +221,7 @@ pub unsafe extern "C-unwind" fn segment_drop_wrapper(
 
 fn drop_tag(tag: Option<&str>, force: Option<bool>, fcinfo: pg_sys::FunctionCallInfo) {
     let registry = registry_or_raise();
+    check_writable("segment_drop()");
     let tag = required(tag, "segment tag");
     let force = required(force, "force");
     check_tag(tag.as_bytes());
@@ -330,18 +332,19 @@ fn drop_tag(tag: Option<&str>, force: Option<bool>, fcinfo: pg_sys::FunctionCall
 #[pg_extern(volatile, parallel_unsafe)]
 fn segment_setval(tag: Option<&str>, value: Option<i64>, fcinfo: pg_sys::FunctionCallInfo) -> i64 {
     let registry = registry_or_raise();
+    check_writable("segment_setval()");
     let (tag, value) = (required(tag, "segment tag"), required(value, "value"));
     check_tag(tag.as_bytes());
     if value < 0 {
         IdgenError::BadSetvalValue { value }.raise();
     }
-    if created_here::is_created_here(tag.as_bytes()) {
+    let table_oid = current_table_oid(fcinfo);
+    if created_here::is_created_here(tag.as_bytes(), table_oid) {
         IdgenError::SetvalOfNewTag {
             tag: tag.to_string(),
         }
         .raise();
     }
-    let table_oid = current_table_oid(fcinfo);
     let table = table_name(table_oid);
     tag::lock_tag(table_oid, tag);
     let result = Spi::connect_mut(|client| -> Result<(), IdgenError> {
@@ -478,6 +481,7 @@ fn segment_attach(
     fcinfo: pg_sys::FunctionCallInfo,
 ) {
     registry_or_raise();
+    check_writable("segment_attach()");
     let tag = required(tag, "segment tag");
     let server = required(server, "server");
     let remote_schema = required(remote_schema, "remote_schema");

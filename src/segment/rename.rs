@@ -28,6 +28,7 @@ use pgrx::prelude::*;
 #[pg_extern(volatile, parallel_unsafe)]
 fn segment_rename(old: Option<&str>, new: Option<&str>, fcinfo: pg_sys::FunctionCallInfo) {
     let registry = registry_or_raise();
+    super::sql::check_writable("segment_rename()");
     let (old, new) = (required(old, "segment tag"), required(new, "new name"));
     check_tag(old.as_bytes());
     check_tag(new.as_bytes());

@@ -333,7 +333,7 @@ fn forget_superseded(index: usize, generation: u64) {
 /// Refuses to hand out IDs where `nextval` would refuse too. Inlined into
 /// every call, with the refusal kept out of line.
 #[inline(always)]
-fn check_writable(function: &'static str) {
+pub(super) fn check_writable(function: &'static str) {
     // SAFETY: plain read of a backend-local global.
     if unsafe { pg_sys::XactReadOnly } {
         refuse_read_only(function);
@@ -417,7 +417,7 @@ fn check_row(table_oid: u32, tag: &[u8]) {
 /// The source of `tag` in this database: the transaction's own ranges, or
 /// else a slot in shared memory (`resolve_slot`).
 fn resolve(registry: &Registry, tag: &[u8], table_oid: u32) -> Source {
-    if created_here::is_created_here(tag) {
+    if created_here::is_created_here(tag, table_oid) {
         return Source::OwnTransaction;
     }
     let (index, generation) = resolve_slot(registry, tag, table_oid);
@@ -898,7 +898,7 @@ fn fallback_id(slot: &Slot, tag: &[u8], waited: Duration, cause: &str) -> i64 {
 /// `(index, generation)` it came from, if it came from one.
 fn next_id(registry: &Registry, tag: &[u8], table_oid: u32) -> (i64, Option<(usize, u64)>) {
     // A tag the calling transaction created hands out its own IDs.
-    if let Some(id) = created_here::next_id(tag) {
+    if let Some(id) = created_here::next_id(tag, table_oid) {
         return (id, None);
     }
     loop {
@@ -1143,7 +1143,7 @@ impl Batch {
             self.from_slot = false;
             match resolve(self.registry, &self.tag, self.table_oid) {
                 Source::OwnTransaction => {
-                    return created_here::next_id(&self.tag).unwrap_or_else(|| {
+                    return created_here::next_id(&self.tag, self.table_oid).unwrap_or_else(|| {
                         IdgenError::UnknownTag {
                             tag: tag_text(&self.tag),
                         }
@@ -1283,7 +1283,7 @@ fn segment_reserve(
         taken_from = current;
         match source {
             Source::OwnTransaction => {
-                let (first, last) = created_here::next_ids(tag, remaining as i64)
+                let (first, last) = created_here::next_ids(tag, table_oid, remaining as i64)
                     .unwrap_or_else(|| IdgenError::UnknownTag { tag: tag_text(tag) }.raise());
                 add(&mut blocks, first, (last - first + 1) as u64);
                 remaining = 0;

@@ -251,61 +251,149 @@ pub fn committed_row_removed_here(table_oid: u32, tag: &[u8]) -> bool {
     .unwrap_or(false)
 }
 
-/// Whether, before the calling transaction, the schema of table
-/// `table_oid` held a committed `id_segment` that is another table: the
-/// transaction moved it away (`ALTER TABLE ... RENAME`, `SET SCHEMA`, or
-/// `DROP EXTENSION`) and `table_oid` took its name. A rollback would bring
-/// that table back, with every committed tag in it.
-pub fn committed_table_replaced(table_oid: u32) -> bool {
+/// Whether the calling transaction moved pg_idgen's committed tables out
+/// of the way of table `table_oid` (in a subtransaction still alive): a
+/// committed `id_segment` or `id_segment_remote` of its schema renamed,
+/// moved (`SET SCHEMA`) or dropped, or `table_oid` itself made by this
+/// transaction while pg_idgen is older than it (the extension's functions
+/// moved to another schema beside a new table, say). A rollback would
+/// bring the committed tables back, with every tag in them.
+pub fn tables_replaced_here(table_oid: u32) -> bool {
+    // SAFETY: a syscache look-up inside the caller's transaction.
+    let namespace = unsafe { pg_sys::get_rel_namespace(pg_sys::Oid::from(table_oid)) };
+    if namespace == pg_sys::InvalidOid {
+        return false;
+    }
+    committed_relation_elsewhere(namespace, c"id_segment", table_oid)
+        || committed_relation_elsewhere(
+            namespace,
+            c"id_segment_remote",
+            remote_table_oid(table_oid),
+        )
+        || (created_in_this_transaction(table_oid) && extension_predates_transaction())
+}
+
+/// Whether a relation `name` of schema `namespace`, committed before the
+/// calling transaction, is not relation `current` (0: none) now.
+fn committed_relation_elsewhere(
+    namespace: pg_sys::Oid,
+    name: &std::ffi::CStr,
+    current: u32,
+) -> bool {
+    let keys = [
+        (
+            pg_sys::Anum_pg_class_relname,
+            pg_sys::F_NAMEEQ,
+            pg_sys::Datum::from(name.as_ptr()),
+        ),
+        (
+            pg_sys::Anum_pg_class_relnamespace,
+            pg_sys::F_OIDEQ,
+            pg_sys::Datum::from(namespace),
+        ),
+    ];
+    let mut elsewhere = false;
+    before_this_transaction(
+        pg_sys::RelationRelationId,
+        pg_sys::ClassNameNspIndexId,
+        &keys,
+        |tuple| {
+            // SAFETY: a pg_class tuple of the scan, pinned for the call.
+            let class =
+                unsafe { &*pg_sys::heap_tuple_get_struct::<pg_sys::FormData_pg_class>(tuple) };
+            elsewhere |= class.oid.to_u32() != current;
+        },
+    );
+    elsewhere
+}
+
+/// Whether pg_idgen was created before the calling transaction (and not
+/// by it, nor dropped and created again in it).
+fn extension_predates_transaction() -> bool {
+    let keys = [(
+        pg_sys::Anum_pg_extension_extname,
+        pg_sys::F_NAMEEQ,
+        pg_sys::Datum::from(c"pg_idgen".as_ptr()),
+    )];
+    let mut found = false;
+    before_this_transaction(
+        pg_sys::ExtensionRelationId,
+        pg_sys::ExtensionNameIndexId,
+        &keys,
+        |_| found = true,
+    );
+    found
+}
+
+/// Whether the calling transaction created table `table_oid` (in a
+/// subtransaction still alive).
+fn created_in_this_transaction(table_oid: u32) -> bool {
+    // SAFETY: inside a transaction; the relation opened here is closed
+    // below, and its relcache entry is read in between.
+    unsafe {
+        let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
+        let relation = pg_sys::try_table_open(pg_sys::Oid::from(table_oid), lock);
+        if relation.is_null() {
+            return false;
+        }
+        // 0: InvalidSubTransactionId (not bound by pgrx).
+        let created = (*relation).rd_createSubid != 0;
+        pg_sys::table_close(relation, lock);
+        created
+    }
+}
+
+/// Scans catalog `catalog` by its index `index` with `keys` (column,
+/// equality function, value), as of command 0 of the calling transaction:
+/// none of its own changes are seen (rows it made are not there, rows it
+/// deleted or updated still are), and what other transactions committed
+/// is seen as of now. `each` gets every row found.
+fn before_this_transaction(
+    catalog: pg_sys::Oid,
+    index: u32,
+    keys: &[(u32, u32, pg_sys::Datum)],
+    mut each: impl FnMut(pg_sys::HeapTuple),
+) {
     // SAFETY: inside a transaction. The snapshot is a registered copy of
     // the latest one, private to this function, so setting its command ID
-    // touches nobody else's; it is unregistered below, and pg_class is
+    // touches nobody else's; it is unregistered below, and the catalog is
     // closed after its scan ends. An ERROR in between is cleaned up by the
     // transaction's abort.
     unsafe {
-        let namespace = pg_sys::get_rel_namespace(pg_sys::Oid::from(table_oid));
-        if namespace == pg_sys::InvalidOid {
-            return false;
-        }
-        // Command 0 of this transaction: none of its own changes are seen
-        // yet (rows it made are invisible, rows it deleted still there);
-        // what other transactions committed is seen as of now.
         let before_us = pg_sys::RegisterSnapshot(pg_sys::GetLatestSnapshot());
         (*before_us).curcid = pg_sys::FirstCommandId;
         let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
-        let pg_class = pg_sys::table_open(pg_sys::RelationRelationId, lock);
-        let mut keys: [pg_sys::ScanKeyData; 2] = std::mem::zeroed();
-        pg_sys::ScanKeyInit(
-            &mut keys[0],
-            pg_sys::Anum_pg_class_relname as pg_sys::AttrNumber,
-            pg_sys::BTEqualStrategyNumber as pg_sys::StrategyNumber,
-            pg_sys::Oid::from(pg_sys::F_NAMEEQ),
-            pg_sys::Datum::from(c"id_segment".as_ptr()),
-        );
-        pg_sys::ScanKeyInit(
-            &mut keys[1],
-            pg_sys::Anum_pg_class_relnamespace as pg_sys::AttrNumber,
-            pg_sys::BTEqualStrategyNumber as pg_sys::StrategyNumber,
-            pg_sys::Oid::from(pg_sys::F_OIDEQ),
-            pg_sys::Datum::from(namespace),
-        );
+        let relation = pg_sys::table_open(catalog, lock);
+        let mut scan_keys: Vec<pg_sys::ScanKeyData> = Vec::with_capacity(keys.len());
+        for &(column, function, value) in keys {
+            let mut key: pg_sys::ScanKeyData = std::mem::zeroed();
+            pg_sys::ScanKeyInit(
+                &mut key,
+                column as pg_sys::AttrNumber,
+                pg_sys::BTEqualStrategyNumber as pg_sys::StrategyNumber,
+                pg_sys::Oid::from(function),
+                value,
+            );
+            scan_keys.push(key);
+        }
         let scan = pg_sys::systable_beginscan(
-            pg_class,
-            pg_sys::Oid::from(pg_sys::ClassNameNspIndexId),
+            relation,
+            pg_sys::Oid::from(index),
             true,
             before_us,
-            2,
-            keys.as_mut_ptr(),
+            scan_keys.len() as i32,
+            scan_keys.as_mut_ptr(),
         );
-        let mut replaced = false;
-        while let Some(tuple) = pg_sys::systable_getnext(scan).as_mut() {
-            let class = &*pg_sys::heap_tuple_get_struct::<pg_sys::FormData_pg_class>(tuple);
-            replaced |= class.oid.to_u32() != table_oid;
+        loop {
+            let tuple = pg_sys::systable_getnext(scan);
+            if tuple.is_null() {
+                break;
+            }
+            each(tuple);
         }
         pg_sys::systable_endscan(scan);
-        pg_sys::table_close(pg_class, lock);
+        pg_sys::table_close(relation, lock);
         pg_sys::UnregisterSnapshot(before_us);
-        replaced
     }
 }
 

@@ -414,11 +414,16 @@ def test_a_tag_created_after_drop_extension_in_the_same_transaction_hands_out_no
     ["ALTER TABLE id_segment RENAME TO id_segment_old", "DROP EXTENSION pg_idgen",
      "CREATE SCHEMA elsewhere", "CREATE EXTENSION pg_idgen SCHEMA elsewhere",
      "SET LOCAL search_path = elsewhere, public"],
-], ids=["renamed", "set schema", "renamed then drop extension"])
+    ["CREATE SCHEMA s2", "ALTER FUNCTION segment_create(text, bigint, integer, boolean) SET SCHEMA s2",
+     "ALTER FUNCTION segment_nextval(text) SET SCHEMA s2",
+     "CREATE TABLE s2.id_segment (LIKE public.id_segment INCLUDING ALL)",
+     "SET LOCAL search_path = s2, public"],
+], ids=["renamed", "set schema", "renamed then drop extension", "functions moved beside a new table"])
 def test_a_tag_created_after_id_segment_left_its_name_hands_out_nothing(make_cluster, replace):
-    """Found by an attack review: the committed id_segment renamed or moved
-    to another schema (before a DROP EXTENSION, say), another table given
-    its place, then a tag created above the old one's IDs, drawn, and
+    """Found by two attack reviews: the committed id_segment renamed or
+    moved to another schema (before a DROP EXTENSION, say), another table
+    given its place — or the functions moved beside a new table —, then a
+    tag created above the old one's IDs, drawn, and
     ROLLBACK: the old table came back below the IDs drawn and handed them
     out again. The draw is refused; rolled back, the old tag goes on above
     every ID it gave."""
@@ -442,6 +447,36 @@ def test_a_tag_created_after_id_segment_left_its_name_hands_out_nothing(make_clu
         after = draw(conn, "a", 3)
     assert_unique(before + after)
     assert min(after) > max(before)
+
+
+def test_a_tag_created_beside_another_table_is_not_drawn_through_the_first(make_cluster):
+    """Found by an attack review: a tag created in a second id_segment (the
+    functions moved beside it for the call) was then drawn through the
+    first table's functions, under its tag of the same name, and the
+    commit raised only the second table's row: the first went on to hand
+    out the same IDs. A draw through the first table's functions takes
+    that table's tag."""
+    c = make_cluster()
+    c.start()
+    db = c.new_database()
+    c.sql("SELECT segment_create('a', step => 10)", dbname=db)
+    with session(c, db) as other:
+        before = draw(other, "a", 5)
+    top = row_range(c, db, "a")[0]
+    create = "segment_create(text, bigint, integer, boolean)"
+    with session(c, db) as conn:
+        conn.execute("BEGIN")
+        conn.execute("CREATE SCHEMA s2")
+        conn.execute("CREATE TABLE s2.id_segment (LIKE public.id_segment INCLUDING ALL)")
+        conn.execute(f"ALTER FUNCTION public.{create} SET SCHEMA s2")
+        conn.execute(f"SELECT s2.segment_create('a', start => {top + 1}, step => 10)")
+        conn.execute(f"ALTER FUNCTION s2.{create} SET SCHEMA public")
+        during = [r[0] for r in conn.execute(
+            "SELECT public.segment_nextval('a') FROM generate_series(1, 5)").fetchall()]
+        conn.execute("COMMIT")
+        after = draw(conn, "a", 40)
+    assert max(during) <= top, f"drew {during} from the second table's tag, above {top}"
+    assert_unique(before + during + after)
 
 
 def test_a_name_that_no_committed_tag_has_draws_when_created_again(lc):

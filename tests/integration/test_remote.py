@@ -1200,11 +1200,17 @@ def test_a_tag_dropped_and_attached_again_keeps_its_mark(make_cluster):
     assert_unique(drawn)
 
 
-@pytest.mark.parametrize("detach", ["SELECT segment_drop('orders')",
-                                    "DELETE FROM id_segment_remote WHERE biz_tag = 'orders'"],
-                         ids=["segment_drop", "delete"])
+@pytest.mark.parametrize("detach", [
+    ["SELECT segment_drop('orders')"],
+    ["DELETE FROM id_segment_remote WHERE biz_tag = 'orders'"],
+    ["ALTER TABLE id_segment_remote RENAME TO remote_old"],
+    ["ALTER TABLE id_segment_remote RENAME TO remote_old",
+     "CREATE TABLE id_segment_remote (LIKE remote_old INCLUDING ALL)"],
+    ["CREATE SCHEMA aside", "ALTER TABLE id_segment_remote SET SCHEMA aside"],
+], ids=["segment_drop", "delete", "renamed", "replaced", "set schema"])
 def test_a_tag_created_in_the_transaction_that_detached_it_hands_out_nothing(make_cluster, detach):
-    """Found by an attack review: BEGIN; detach an attached tag; create it
+    """Found by two attack reviews: BEGIN; detach an attached tag (or move
+    id_segment_remote out of the way); create it
     locally above the central max_id; draw; ROLLBACK brought the attachment
     back, and the central row, below the IDs drawn, handed them out again.
     The draw is refused (55000); rolled back, the tag goes on from the
@@ -1214,7 +1220,8 @@ def test_a_tag_created_in_the_transaction_that_detached_it_hands_out_nothing(mak
     top = central_max_id(central, central_db)
     with session(shard, db) as conn:
         conn.execute("BEGIN")
-        conn.execute(detach)
+        for statement in detach:
+            conn.execute(statement)
         conn.execute(f"SELECT segment_create('orders', start => {top + 1})")
         with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState) as refused:
             conn.execute("SELECT segment_nextval('orders')")

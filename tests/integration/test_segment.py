@@ -323,7 +323,16 @@ def test_a_hot_standby_refuses_to_hand_out_ids(make_cluster):
         standby.sql("SELECT segment_nextval('orders')")
     assert "cannot execute segment_nextval() during recovery" in str(caught.value)
     assert caught.value.diag.message_hint == (
-        "IDs can only be handed out on the primary server; connect to it instead.")
+        "IDs are handed out, and tags changed, on the primary server only; connect to it instead.")
+    # So are the functions that change tags (found by an attack review:
+    # segment_create failed on a lock, not as a read-only call).
+    for function, call in [("segment_create()", "segment_create('fresh')"),
+                           ("segment_setval()", "segment_setval('orders', 100000)"),
+                           ("segment_drop()", "segment_drop('orders')"),
+                           ("segment_rename()", "segment_rename('orders', 'renamed')")]:
+        with pytest.raises(errors.ReadOnlySqlTransaction) as caught:
+            standby.sql(f"SELECT {call}")
+        assert f"cannot execute {function} during recovery" in str(caught.value)
     # segment_currval too points to the primary: no session here can draw.
     with pytest.raises(errors.ObjectNotInPrerequisiteState) as caught:
         standby.sql("SELECT segment_currval('orders')")
