@@ -328,18 +328,27 @@ fn extension_predates_transaction() -> bool {
 /// Whether the calling transaction created table `table_oid` (in a
 /// subtransaction still alive).
 fn created_in_this_transaction(table_oid: u32) -> bool {
+    // 0: InvalidSubTransactionId (not bound by pgrx).
+    with_relcache_entry(table_oid, |entry| entry.rd_createSubid != 0).unwrap_or(false)
+}
+
+/// `read` of table `table_oid`'s relcache entry, opened for the call
+/// (`None`: no such table).
+fn with_relcache_entry<R>(
+    table_oid: u32,
+    read: impl FnOnce(&pg_sys::RelationData) -> R,
+) -> Option<R> {
     // SAFETY: inside a transaction; the relation opened here is closed
-    // below, and its relcache entry is read in between.
+    // below, and its relcache entry is only read in between.
     unsafe {
         let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
         let relation = pg_sys::try_table_open(pg_sys::Oid::from(table_oid), lock);
         if relation.is_null() {
-            return false;
+            return None;
         }
-        // 0: InvalidSubTransactionId (not bound by pgrx).
-        let created = (*relation).rd_createSubid != 0;
+        let result = read(&*relation);
         pg_sys::table_close(relation, lock);
-        created
+        Some(result)
     }
 }
 
@@ -401,24 +410,15 @@ fn before_this_transaction(
 /// create, got new storage in it (in a subtransaction still alive):
 /// `TRUNCATE`, or a rewrite.
 fn storage_replaced_here(table_oid: u32) -> bool {
-    // SAFETY: inside a transaction; the relation opened here is closed
-    // below, and its relcache entry is read in between.
-    unsafe {
-        let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
-        let relation = pg_sys::try_table_open(pg_sys::Oid::from(table_oid), lock);
-        if relation.is_null() {
-            return false;
-        }
-        let entry = &*relation;
+    with_relcache_entry(table_oid, |entry| {
         #[cfg(feature = "pg15")]
         let first_new_storage = entry.rd_firstRelfilenodeSubid;
         #[cfg(not(feature = "pg15"))]
         let first_new_storage = entry.rd_firstRelfilelocatorSubid;
         // 0: InvalidSubTransactionId (not bound by pgrx).
-        let replaced = entry.rd_createSubid == 0 && first_new_storage != 0;
-        pg_sys::table_close(relation, lock);
-        replaced
-    }
+        entry.rd_createSubid == 0 && first_new_storage != 0
+    })
+    .unwrap_or(false)
 }
 
 /// What `scan_tag` tells of a row version: whether the calling

@@ -363,6 +363,19 @@ def test_a_tag_created_drawn_and_renamed_in_one_transaction_goes_on_above_its_id
     assert min(ids[3:]) > 9
 
 
+def _a_committed_tag_drawn_from(make_cluster):
+    """A cluster of its own (these tests drop or move the extension's
+    objects) and a database whose committed tag 'a' (step 10) handed out 5
+    IDs: (cluster, database, those IDs, the row's max_id)."""
+    c = make_cluster()
+    c.start()
+    db = c.new_database()
+    c.sql("SELECT segment_create('a', step => 10)", dbname=db)
+    with session(c, db) as other:
+        before = draw(other, "a", 5)
+    return c, db, before, row_range(c, db, "a")[0]
+
+
 def test_a_tag_created_after_drop_extension_in_the_same_transaction_hands_out_nothing(make_cluster):
     """Found by an attack review: DROP EXTENSION and CREATE EXTENSION in one
     transaction, then a tag created above the old one's IDs, drawn, and
@@ -370,13 +383,7 @@ def test_a_tag_created_after_drop_extension_in_the_same_transaction_hands_out_no
     out again. The draw is refused; a drop rolled back to a savepoint
     lifts that; and CREATE EXTENSION with a tag drawn in one transaction
     (no table dropped) draws."""
-    c = make_cluster()
-    c.start()
-    db = c.new_database()
-    c.sql("SELECT segment_create('a', step => 10)", dbname=db)
-    with session(c, db) as other:
-        before = draw(other, "a", 5)
-    top = row_range(c, db, "a")[0]
+    c, db, before, top = _a_committed_tag_drawn_from(make_cluster)
     with session(c, db) as conn:
         conn.execute("BEGIN")
         conn.execute("DROP EXTENSION pg_idgen")
@@ -427,13 +434,7 @@ def test_a_tag_created_after_id_segment_left_its_name_hands_out_nothing(make_clu
     ROLLBACK: the old table came back below the IDs drawn and handed them
     out again. The draw is refused; rolled back, the old tag goes on above
     every ID it gave."""
-    c = make_cluster()
-    c.start()
-    db = c.new_database()
-    c.sql("SELECT segment_create('a', step => 10)", dbname=db)
-    with session(c, db) as other:
-        before = draw(other, "a", 5)
-    top = row_range(c, db, "a")[0]
+    c, db, before, top = _a_committed_tag_drawn_from(make_cluster)
     with session(c, db) as conn:
         conn.execute("BEGIN")
         for statement in replace:
@@ -456,13 +457,7 @@ def test_a_tag_created_beside_another_table_is_not_drawn_through_the_first(make_
     commit raised only the second table's row: the first went on to hand
     out the same IDs. A draw through the first table's functions takes
     that table's tag."""
-    c = make_cluster()
-    c.start()
-    db = c.new_database()
-    c.sql("SELECT segment_create('a', step => 10)", dbname=db)
-    with session(c, db) as other:
-        before = draw(other, "a", 5)
-    top = row_range(c, db, "a")[0]
+    c, db, before, top = _a_committed_tag_drawn_from(make_cluster)
     create = "segment_create(text, bigint, integer, boolean)"
     with session(c, db) as conn:
         conn.execute("BEGIN")
